@@ -1,0 +1,805 @@
+"""TraceBench: Plume's controlled ABR environment, N copies stepped in numpy lockstep.
+
+Semantics follow the reference ``ToyABREnv`` + ``ToyABRWrapper`` (plume-reference-code.md
+§1.4-1.5); the differences are listed under "Deliberate changes" below.
+
+Dynamics (one step = one video chunk)
+-------------------------------------
+* Action: ``Discrete(3)``, the bitrate index into ``BITRATES`` = [1, 3, 6].
+* The chunk of ``extras["video_sizes"][trace, video_idx, action]`` (throughput x seconds
+  units) is downloaded through the throughput trace. **Forward convention**:
+  ``bandwidth[j]`` holds on ``[time[j], time[j+1])``; the last sample holds for 1 s; the trace
+  then loops, so its period is ``time[L-1] - time[0] + 1``.
+* Training mode multiplies the download time by ``clip(1 + N(0, 0.03), 0.95, 1.05)``; as in
+  the reference the noise changes the reported delay, buffer and stall, **not** the trace
+  position.
+* ``stall = 0`` on the first chunk of an episode (the reference's ``buffer = None``), else
+  ``clip(delay - buffer, 0, 100)``; then ``buffer = max(buffer - delay, 0) + chunk_seconds``.
+* If ``buffer > max_buffer`` the player sleeps for the excess (trace time advances by
+  ``buffer - max_buffer`` with nothing downloaded) and ``buffer = max_buffer * noise`` with
+  ``noise = clip(1 + N(0, 0.005), 0.98, 1.02)`` in training and 1 in test mode.
+* Raw reward (QoE): ``quality_weight * bitrate - rebuf_weight * stall``.
+* ``video_idx`` starts at the start offset and increases by one per step; the episode
+  terminates when ``video_idx + 1 == n_chunks`` (100 for TraceBench), i.e. after
+  ``n_chunks - 1 - start`` steps (99 - start). ``terminated=True``, ``truncated=False``.
+* Start offset (= first video chunk = first trace slot): training draws it uniformly from
+  ``{0, ..., max(min(L, n_chunks) - min_trace_len, 1) - 1}`` (0..9 for TraceBench); test mode
+  uses 0. At reset the trace time is the *start of slot* ``start``: the reference sets its
+  pointer to ``start`` with the full slot duration left.
+
+Agent reward and observation (the reference wrapper, §1.5)
+----------------------------------------------------------
+* ``step`` returns the transformed reward :func:`transform_reward`:
+  ``x = r - 1; r' = sign(x) * (sqrt(|x| + 1) - 1 + 0.001 * x)``. This is the reference's exact,
+  *non-odd* form: the sign also multiplies the linear term, so it equals
+  ``sign(x)(sqrt(|x|+1) - 1) + 0.001|x|``, not MuZero's odd ``h(x)``. Kept so that returns are
+  comparable with the paper's. Values: r=1 -> 0, r=3 -> 0.7341, r=6 -> 1.4545, r=0 -> -0.4132.
+* Observation: ``5 * history_len + 3`` float32 in [0, 1] (53 by default). The history holds
+  ``history_len`` rows ``[quality/6, size/6, delay/20, buffer/max_buffer, (r' + 2)/3.4545]``
+  clipped to [0, 1], flattened oldest row first, then the next chunk's 3 sizes / 6 (clipped).
+  At reset the history is all zeros (what the reference wrapper yields: its reset row has
+  zero quality, size, delay, buffer and an unshifted zero reward) and the next sizes are those
+  of the start chunk. ``-2`` is ``-int(sqrt(6))`` and ``3.4545 = transform_reward(6) + 2``,
+  the reference's reward "scale".
+
+Vector API
+----------
+:class:`TraceBenchVecEnv` is a ``gymnasium.vector.VectorEnv`` with
+``metadata["autoreset_mode"] = AutoresetMode.SAME_STEP``: a copy that finishes is reset inside
+the same ``step``; the returned observation row is the new episode's first observation.
+``infos`` always holds ``"trace"`` (current trace index of every copy, mask ``"_trace"``);
+when some copy finished it also holds ``"final_obs"`` (a dense (N, obs_dim) float32 array,
+meaningful where ``"_final_obs"`` is True) and ``"episode"``, a dict of (N,) arrays with mask
+``"_episode"``: ``return`` (raw QoE sum), ``return_transformed`` (sum of r'), ``length``,
+``trace``, ``quality`` (sum of bitrates), ``stall`` (sum of stall seconds); zero where the
+mask is False. In training mode the sampler receives
+``sampler.update(trace_index, rewards=<the episode's per-step r' as a float array>)`` for every
+finished episode, before the copy draws its next trace with ``sampler.sample_many``. Test mode
+never calls ``update``. Episodes cut short by ``reset()`` are not reported.
+
+Implementation (simulators.md §5.1, forward convention): a copy's state is its *unwrapped*
+trace time ``tau`` (position ``tau mod period``). Per-trace cumulative payload tables give
+``bytes_at(tau)`` (payload deliverable by ``tau``, whole periods included) and its inverse
+``time_at(bytes)``; a download is ``tau1 = time_at(bytes_at(tau) + size)``, and
+zero-throughput slots are skipped automatically (the payload is flat there). Both look-ups need
+each copy's slot in its own trace. Rather than one ``np.searchsorted`` over all traces
+concatenated with offsets (about 100 ns per query, dominated by branch mispredictions and
+cache misses), ``_TraceTables`` gives a bucketed, branchless binary search over padded
+per-trace rows: one or two halving steps for TraceBench's regular grid, all copies at once.
+A download within ``COMPLETE_TOL`` = 1e-8 size units of complete at a slot end completes at
+that slot end, as in the reference loop (``while size > 1e-8``); this also keeps float
+rounding from pushing a completion across a following zero-throughput slot.
+
+Deliberate changes from the reference
+-------------------------------------
+* **Sleep drain fixed** (digest §1.4 [BUG?], §7.8). The reference subtracts the sleep from
+  the *current* slot's remaining time only; a negative remainder is discarded when the next
+  download moves to the next slot, so a sleep longer than what is left of the current slot is
+  cut short (and a sleep right at a slot boundary is lost entirely). Here the sleep advances
+  the unwrapped trace time by the full excess, across as many slots (and trace wrap-arounds)
+  as needed. Reason: the buffer model says the player idles for ``buffer - max_buffer``
+  seconds while the network keeps running; losing part of that time makes the next download
+  see the wrong throughput and silently couples the result to slot boundaries. With the
+  cumulative formulation the fix is simply ``tau += excess``.
+* Observation normalisation divides the buffer by ``max_buffer`` (the reference's constant
+  15, the default). Start offsets use ``min(L, n_chunks)`` for the reference's trace length
+  (both 100 in TraceBench).
+
+Seeding
+-------
+``seed`` (an int, a ``numpy.random.SeedSequence`` or None) gives two independent child
+streams, derived without mutating a SeedSequence passed in: one ``np.random.Generator`` for
+the whole batch's start offsets and noise, and one for the default ``UniformSampler`` (a
+sampler passed in owns its own generator and is never reseeded). Because one generator
+serves the batch, a training trajectory depends on ``n_envs`` as well as the seed (the
+usual trade of speed for N-independence). ``reset(seed=...)`` reseeds both streams (the
+default sampler is rebuilt); in test mode a default ``SequentialSampler`` restarts at trace 0
+on every ``reset()``, so after reset copy i plays trace i.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
+from plume.traces.tracebench import BITRATES
+from plume.traces.traceset import TraceSet
+
+__all__ = [
+    "BITRATES",
+    "COMPLETE_TOL",
+    "DELAY_NORM",
+    "REWARD_SHIFT",
+    "REWARD_SPAN",
+    "SIZE_NORM",
+    "TraceBenchEnv",
+    "TraceBenchVecEnv",
+    "transform_reward",
+]
+
+MODES = ("train", "test")
+SIZE_NORM = float(BITRATES[-1])
+"""Quality and chunk sizes are divided by the top bitrate (6) in the observation."""
+DELAY_NORM = 20.0
+"""Download delay normaliser (the reference's 99.9th percentile guess)."""
+DELAY_NOISE = (0.03, 0.95, 1.05)
+"""Training delay noise: clip(1 + N(0, std), low, high)."""
+BUFFER_NOISE = (0.005, 0.98, 1.02)
+"""Training buffer-cap noise: clip(1 + N(0, std), low, high)."""
+MAX_STALL = 100.0
+_TINY = float(np.finfo(np.float64).tiny)
+COMPLETE_TOL = 1e-8
+"""A download within this many size units of complete at the end of a slot (or of the trace
+period) completes at that slot end, the remainder dropped, and not after a following
+zero-throughput slot: the reference loop's ``while size > 1e-8``."""
+
+
+def transform_reward(r: float | np.ndarray) -> float | np.ndarray:
+    """The reference's reward transform: ``x = r - 1``; ``sign(x)(sqrt(|x|+1) - 1 + 0.001 x)``.
+
+    Kept exactly, including its non-odd linear term (see the module docstring). Accepts a
+    scalar (returns a float) or an array (returns a float64 array).
+    """
+    x = np.asarray(r, dtype=np.float64) - 1.0
+    out = np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0 + 0.001 * x)
+    return float(out) if out.ndim == 0 else out
+
+
+REWARD_SHIFT = float(int(np.sqrt(BITRATES[-1])))
+"""Added to r' before normalising: ``-int(sqrt(6)) = -2`` is the reference's reward floor."""
+REWARD_SPAN = transform_reward(float(BITRATES[-1])) + REWARD_SHIFT
+"""``transform_reward(6) + 2 = 3.4545``: the reference's reward normaliser."""
+
+
+def _child_seeds(seed: int | np.random.SeedSequence | None, count: int):
+    """``count`` children of ``seed`` as SeedSequence.spawn would give, without mutating it."""
+    if isinstance(seed, np.random.SeedSequence):
+        ss = seed
+    elif seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)):
+        if seed is not None and int(seed) < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed}")
+        ss = np.random.SeedSequence(None if seed is None else int(seed))
+    else:
+        raise TypeError(f"seed must be an int, a numpy SeedSequence or None, got {seed!r}")
+    return [
+        np.random.SeedSequence(
+            ss.entropy, spawn_key=(*ss.spawn_key, ss.n_children_spawned + i),
+            pool_size=ss.pool_size,
+        )
+        for i in range(count)
+    ]
+
+
+class _TraceTables:
+    """Per-trace cumulative payload tables and bucket indexes for a batched row search.
+
+    Row r of every flat table holds trace r's slots in ``stride`` entries, so copy c's slot j
+    lives at ``r * stride + j``; search keys are padded with +inf. Two searches per step:
+
+    * ``bytes_at``: slot of a time x in [0, period): the number of slot starts <= x, minus 1;
+    * ``time_at``: slot in which a payload y in (0, total] completes: the number of slot-end
+      payloads < y.
+
+    Each is a bucketed, branchless binary search: ``buckets`` equal-width buckets per trace
+    give a lower bound of the answer (a global index, row base included) and the widest
+    bucket range fixes the number of halving steps, so a near-uniform grid needs one or two
+    steps instead of log2(L). Bucket bounds carry a margin of 1e-9 of the span, far above the
+    rounding of the bucket computation.
+    """
+
+    def __init__(self, traces: TraceSet) -> None:
+        n, width = traces.time.shape
+        lengths = traces.lengths
+        valid = np.arange(width)[None, :] < lengths[:, None]
+        rows = np.arange(n)
+        local = traces.time - traces.time[:, :1]  # slot start times, each trace from 0
+        widths = np.zeros((n, width))
+        widths[:, :-1] = np.diff(local, axis=1)
+        widths[rows, lengths - 1] = 1.0  # the last sample holds for one second
+        bandwidth = np.where(valid, traces.bandwidth, 0.0)
+        payload = np.where(valid, bandwidth * widths, 0.0)
+        end = np.cumsum(payload, axis=1)  # payload delivered by the end of each slot
+        self.period = local[rows, lengths - 1] + 1.0
+        self.total = end[rows, lengths - 1]
+        self.local_time = np.where(valid, local, 0.0)  # (n, W), for reset positions
+
+        buckets = min(2 * width, 512)  # bounded memory for long traces (more steps there)
+        self.buckets = buckets
+        time_lo, time_range = self._buckets(local, lengths, self.period, buckets, "right")
+        pay_lo, pay_range = self._buckets(end, lengths, self.total, buckets, "left")
+        self.time_steps = self._steps(time_range)
+        self.payload_steps = self._steps(pay_range)
+        reach = max([1, *self.time_steps, *self.payload_steps]) * 2
+        self.stride = width + reach  # probes may read up to 2 * largest step past a row end
+        self.time_lo = (time_lo + (rows * self.stride)[:, None]).reshape(-1)
+        self.payload_lo = (pay_lo + (rows * self.stride)[:, None]).reshape(-1)
+
+        def padded(values: np.ndarray, fill: float) -> np.ndarray:
+            out = np.full((n, self.stride), fill)
+            out[:, :width] = np.where(valid, values, fill)
+            return out.reshape(-1)
+
+        key_time = padded(local, np.inf)
+        key_payload = padded(end, np.inf)
+        # Views shifted by step - 1: ``take(view, g)`` probes key[g + step - 1].
+        self.time_probes = [key_time[step - 1 :] for step in self.time_steps]
+        self.payload_probes = [key_payload[step - 1 :] for step in self.payload_steps]
+        # Slot data gathered together (one cache line per copy): start time, payload
+        # delivered by the slot start, throughput, end time.
+        self.slot = np.ascontiguousarray(
+            np.stack([padded(local, 0.0), padded(end - payload, 0.0), padded(bandwidth, 1.0),
+                      padded(local + widths, 0.0)], axis=1)
+        )
+
+    @staticmethod
+    def _buckets(keys, lengths, spans, buckets, side):
+        """Per trace and bucket q (of width span / buckets, plus one overflow bucket): a lower
+        bound of the count (side "right": keys <= v; "left": keys < v) for any v in the
+        bucket, and the widest gap between that bound and the upper one."""
+        n = len(lengths)
+        lo = np.empty((n, buckets + 1), dtype=np.int64)
+        widest = 0
+        steps = np.arange(buckets + 2)
+        for r in range(n):
+            row = keys[r, : lengths[r]]
+            edges = steps * (spans[r] / buckets)
+            margin = 1e-9 * spans[r]
+            lo[r] = np.searchsorted(row, edges[:-1] - margin, side="left")
+            hi = np.searchsorted(row, edges[1:] + margin, side=side)
+            widest = max(widest, int((hi - lo[r]).max()))
+        return lo, widest
+
+    @staticmethod
+    def _steps(widest: int) -> list[int]:
+        """Halving steps whose sum (2**levels - 1) covers ``widest``."""
+        return [1 << k for k in reversed(range(int(widest).bit_length()))]
+
+
+class TraceBenchVecEnv(VectorEnv):
+    """N TraceBench copies in lockstep; Gymnasium vector API with same-step autoreset.
+
+    Args:
+        traces: the TraceSet to replay; needs ``extras["video_sizes"]`` of shape
+            (n_traces, n_chunks, 3), finite and positive.
+        n_envs: number of copies; defaults to ``len(traces)`` in test mode (required in train
+            mode).
+        sampler: picks each episode's trace; defaults to ``UniformSampler`` seeded from
+            ``seed`` (train) or ``SequentialSampler`` (test).
+        mode: ``"train"`` (random start offset, delay and buffer noise, sampler updates) or
+            ``"test"`` (start 0, no noise, no updates).
+        seed: int, ``np.random.SeedSequence`` or None (see the module docstring).
+        quality_weight, rebuf_weight: raw QoE = quality_weight * bitrate - rebuf_weight * stall.
+        history_len: rows of the observation history (10).
+        max_buffer: buffer cap in seconds (15).
+        chunk_seconds: video seconds added to the buffer per chunk (2).
+        min_trace_len: training start offsets are ``< max(min(L, n_chunks) - min_trace_len, 1)``.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+        "render_modes": [],
+    }
+    render_mode = None
+
+    def __init__(
+        self,
+        traces: TraceSet,
+        n_envs: int | None = None,
+        sampler: TraceSampler | None = None,
+        *,
+        mode: str = "train",
+        seed: int | np.random.SeedSequence | None = None,
+        quality_weight: float = 1.0,
+        rebuf_weight: float = 6.0,
+        history_len: int = 10,
+        max_buffer: float = 15.0,
+        chunk_seconds: float = 2.0,
+        min_trace_len: int = 90,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not isinstance(traces, TraceSet):
+            raise TypeError(f"traces must be a TraceSet, got {type(traces).__name__}")
+        self._train = mode == "train"
+        self.mode = mode
+        n_traces = len(traces)
+        if n_envs is None:
+            if self._train:
+                raise ValueError("n_envs is required in train mode")
+            n_envs = n_traces
+        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
+            raise ValueError(f"n_envs must be an int >= 1, got {n_envs!r}")
+        for name, value in [("quality_weight", quality_weight), ("rebuf_weight", rebuf_weight)]:
+            if not np.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value}")
+        for name, value in [("max_buffer", max_buffer), ("chunk_seconds", chunk_seconds)]:
+            if not (np.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value}")
+        if int(history_len) != history_len or history_len < 1:
+            raise ValueError(f"history_len must be an int >= 1, got {history_len}")
+        if int(min_trace_len) != min_trace_len or min_trace_len < 1:
+            raise ValueError(f"min_trace_len must be an int >= 1, got {min_trace_len}")
+        sizes = traces.extras.get("video_sizes")
+        if sizes is None:
+            raise ValueError(
+                f"TraceSet {traces.name!r} has no extras['video_sizes'] (n_traces, n_chunks, "
+                f"{len(BITRATES)}); TraceBench needs the chunk sizes of every trace"
+            )
+        sizes = np.asarray(sizes, dtype=np.float64)
+        if sizes.ndim != 3 or sizes.shape[0] != n_traces or sizes.shape[2] != len(BITRATES):
+            raise ValueError(
+                f"TraceSet {traces.name!r}: extras['video_sizes'] must have shape "
+                f"({n_traces}, n_chunks, {len(BITRATES)}), got {sizes.shape}"
+            )
+        if sizes.shape[1] < 2:
+            raise ValueError(
+                f"TraceSet {traces.name!r}: a video needs at least 2 chunks, got {sizes.shape[1]}"
+            )
+        if not np.all(np.isfinite(sizes) & (sizes > 0)):
+            raise ValueError(
+                f"TraceSet {traces.name!r}: extras['video_sizes'] must be finite and positive"
+            )
+        if sampler is not None:
+            if not isinstance(sampler, TraceSampler):
+                raise TypeError(f"sampler must be a TraceSampler, got {type(sampler).__name__}")
+            if sampler.n_traces != n_traces:
+                raise ValueError(
+                    f"sampler covers {sampler.n_traces} traces but the TraceSet "
+                    f"{traces.name!r} has {n_traces}"
+                )
+
+        self._traces = traces
+        self.num_envs = int(n_envs)
+        self.quality_weight = float(quality_weight)
+        self.rebuf_weight = float(rebuf_weight)
+        self.history_len = int(history_len)
+        self.max_buffer = float(max_buffer)
+        self.chunk_seconds = float(chunk_seconds)
+        self.min_trace_len = int(min_trace_len)
+        self._user_sampler = sampler
+        self.sampler: TraceSampler = sampler  # type: ignore[assignment]  (set by _seed)
+
+        # Static tables.
+        self._tab = _TraceTables(traces)
+        tab = self._tab
+        self._per_trace = np.stack(  # float state rows 7-10 of a copy playing each trace
+            [tab.period, tab.total, tab.buckets / tab.period, tab.buckets / tab.total], axis=1
+        )
+        self._n_chunks = sizes.shape[1]
+        self._sizes = np.ascontiguousarray(sizes.reshape(-1, len(BITRATES)))  # row: chunk
+        self._n_starts = np.maximum(
+            np.minimum(traces.lengths, self._n_chunks) - self.min_trace_len, 1
+        ).astype(np.int64)
+        self._same_starts = bool(np.all(self._n_starts == self._n_starts[0]))
+        self._bitrates = np.asarray(BITRATES, dtype=np.float64)
+        self._quality_norm = np.clip(self._bitrates / SIZE_NORM, 0.0, 1.0)
+
+        # Spaces.
+        self.obs_dim = 5 * self.history_len + len(BITRATES)
+        self.single_observation_space = spaces.Box(0.0, 1.0, (self.obs_dim,), np.float32)
+        self.single_action_space = spaces.Discrete(len(BITRATES))
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        self._allocate()
+        self._autoreset = True
+        self._needs_reset = True
+        self._seed(seed)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def trace_set(self) -> TraceSet:
+        """The TraceSet this environment replays."""
+        return self._traces
+
+    @property
+    def current_traces(self) -> np.ndarray:
+        """(N,) trace index each copy currently plays (read-only view)."""
+        view = self._trace.view()
+        view.setflags(write=False)
+        return view
+
+    @property
+    def trace_time(self) -> np.ndarray:
+        """(N,) unwrapped trace time of each copy in seconds since its trace's t=0 (a copy)."""
+        return self._tau.copy()
+
+    @property
+    def n_chunks(self) -> int:
+        return self._n_chunks
+
+    def last_step(self) -> dict[str, np.ndarray]:
+        """Per-copy components of the last step (copies): delay, stall, buffer (after the cap),
+        sleep, chunk size, quality (bitrate), raw reward and the step's trace index."""
+        return {
+            "delay": self._delay.copy(),
+            "stall": self._stall.copy(),
+            "buffer": self._last_buffer.copy(),
+            "sleep": self._sleep.copy(),
+            "size": self._size.copy(),
+            "quality": self._quality.copy(),
+            "reward": self._raw.copy(),
+            "trace": self._last_trace.copy(),
+        }
+
+    # ------------------------------------------------------------------ setup
+    def _allocate(self) -> None:
+        n = self.num_envs
+        f = lambda: np.zeros(n, dtype=np.float64)
+        i = lambda: np.zeros(n, dtype=np.int64)
+        # Episode state, stacked so that a reset and the episode report are a few fancy ops.
+        # Float rows 0-5 restart at zero; rows 7-10 are per-trace constants (self._per_trace).
+        self._fstate = np.zeros((11, n))
+        (self._ret, self._ret_t, self._qsum, self._ssum, self._buf, self._notfirst, self._tau,
+         self._period, self._total, self._time_scale, self._payload_scale) = self._fstate
+        self._istate = np.zeros((4, n), dtype=np.int64)  # rows 0-1 are reported per episode
+        self._eplen, self._trace, self._vidx, self._vrow = self._istate
+        self._bucket_base = i()
+        self._rewbuf = np.zeros((n, self._n_chunks)) if self._train else None
+        self._rewflat = None if self._rewbuf is None else self._rewbuf.reshape(-1)
+        self._rew_rows = np.arange(n, dtype=np.int64) * self._n_chunks
+        self._obs = np.zeros((n, self.obs_dim), dtype=np.float32)
+        self._obs_alt = np.zeros((n, self.obs_dim), dtype=np.float32)
+        # Per-step results and scratch space.
+        self._delay, self._stall, self._last_buffer, self._sleep = f(), f(), f(), f()
+        self._size, self._quality, self._raw, self._last_trace = f(), f(), f(), i()
+        self._k, self._x, self._b, self._y, self._t1 = f(), f(), f(), f(), f()
+        self._s1, self._s2 = f(), f()
+        self._idx, self._g, self._key, self._bucket = i(), i(), f(), i()
+        self._hit = np.zeros(n, dtype=bool)
+        self._noise = np.zeros((2, n), dtype=np.float64)
+        self._delay_noise, self._buffer_noise = self._noise[0], self._noise[1]
+        self._noise_std = np.array([[DELAY_NOISE[0]], [BUFFER_NOISE[0]]])
+        self._noise_low = np.array([[DELAY_NOISE[1]], [BUFFER_NOISE[1]]])
+        self._noise_high = np.array([[DELAY_NOISE[2]], [BUFFER_NOISE[2]]])
+        self._row = np.zeros((n, 5), dtype=np.float64)
+        self._row_cols = [self._row[:, j] for j in range(5)]
+        self._chunk = np.zeros((n, len(BITRATES)))  # sizes of each copy's current chunk
+        self._chunk_flat = self._chunk.reshape(-1)
+        self._chunk_rows = np.arange(n, dtype=np.int64) * len(BITRATES)
+        self._next = np.zeros((n, len(BITRATES)))
+        self._slot = np.zeros((n, 4))
+        self._slot_cols = [self._slot[:, j] for j in range(4)]
+        h5 = 5 * self.history_len
+        # (obs, previous history to shift, shifted history, newest row, next sizes) by parity.
+        self._views = [
+            (dst, src[:, 5:h5], dst[:, : h5 - 5], dst[:, h5 - 5 : h5], dst[:, h5:])
+            for src, dst in [(self._obs, self._obs_alt), (self._obs_alt, self._obs)]
+        ]
+        self._parity = 0
+        self._done = np.zeros(n, dtype=bool)
+        self._cap = np.zeros(n, dtype=bool)
+
+    def _seed(self, seed: int | np.random.SeedSequence | None) -> None:
+        env_ss, sampler_ss = _child_seeds(seed, 2)
+        self._rng = np.random.default_rng(env_ss)
+        self._np_random = self._rng
+        self._np_random_seed = int(seed) if isinstance(seed, (int, np.integer)) else -1
+        self._sampler_ss = sampler_ss
+        if self._user_sampler is None:
+            self._default_sampler()
+
+    def _default_sampler(self) -> None:
+        n = len(self._traces)
+        if self._train:
+            self.sampler = UniformSampler(n, np.random.default_rng(self._sampler_ss))
+        else:
+            self.sampler = SequentialSampler(n)
+
+    # ------------------------------------------------------------------ gym API
+    def reset(
+        self,
+        *,
+        seed: int | np.random.SeedSequence | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start a new episode in every copy (unfinished episodes are dropped unreported).
+        ``options`` is accepted for API compatibility and ignored."""
+        if seed is not None:
+            self._seed(seed)
+        elif self._user_sampler is None and not self._train and self._autoreset:
+            self._default_sampler()  # test mode: copy i plays trace i after every reset
+        self._restart(np.arange(self.num_envs))
+        self._needs_reset = False
+        return self._obs.copy(), self._trace_info()
+
+    def _check_actions(self, actions: Any) -> np.ndarray:
+        a = np.asarray(actions)
+        if a.shape != (self.num_envs,):
+            if a.size != self.num_envs:
+                raise ValueError(f"actions must have shape ({self.num_envs},), got {a.shape}")
+            a = a.reshape(self.num_envs)
+        if a.dtype.kind not in "iu":
+            if a.dtype.kind == "f" and np.all(a == np.floor(a)):
+                a = a.astype(np.int64)
+            else:
+                raise ValueError(f"actions must be integer bitrate indices, got dtype {a.dtype}")
+        if np.minimum.reduce(a) < 0 or np.maximum.reduce(a) >= len(BITRATES):
+            raise ValueError(f"actions must lie in [0, {len(BITRATES) - 1}], got {a}")
+        return a
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every copy; finished copies are reset in the same call (see the module doc).
+
+        All arithmetic runs in place on preallocated float64 arrays; table look-ups use
+        ``take(..., mode="clip")`` on indices computed here (always in range).
+        """
+        if self._needs_reset:
+            raise RuntimeError("call reset() before step() (and after an episode ends when "
+                               "autoreset is off)")
+        a = self._check_actions(actions)
+        tab = self._tab
+        tau, k, x, b, y, t1 = self._tau, self._k, self._x, self._b, self._y, self._t1
+        s1, s2, idx, g = self._s1, self._s2, self._idx, self._g
+        period, total = self._period, self._total
+        delay, stall, buf, sleep = self._delay, self._stall, self._buf, self._sleep
+        size = self._size
+
+        # Chunk size, from the current chunk's sizes (gathered when the chunk came up).
+        np.add(self._chunk_rows, a, out=idx)
+        self._chunk_flat.take(idx, out=size, mode="clip")
+        slot, slot_start, slot_payload, slot_bw, slot_end = self._slot, *self._slot_cols
+
+        # bytes_at(tau): k whole periods, x into the current one; slot = count(starts <= x) - 1.
+        np.divide(tau, period, out=k)
+        np.floor(k, out=k)
+        np.multiply(k, period, out=x)
+        np.subtract(tau, x, out=x)
+        np.maximum(x, 0.0, out=x)
+        self._search(x, self._time_scale, tab.time_lo, tab.time_probes, tab.time_steps,
+                     np.less_equal)  # g = row base + count
+        g -= 1
+        tab.slot.take(g, axis=0, out=slot, mode="clip")
+        np.subtract(x, slot_start, out=s1)
+        s1 *= slot_bw
+        s1 += slot_payload
+        np.multiply(k, total, out=b)
+        b += s1
+        b += size  # payload position at which the chunk is complete
+        b -= COMPLETE_TOL  # searched 1e-8 early: see COMPLETE_TOL (wraps included)
+
+        # time_at(b): k whole payload periods and y in (0, total]; slot = count(ends < y).
+        # y is clamped to (0, total] against rounding, so the slot found has throughput > 0.
+        np.divide(b, total, out=k)
+        np.ceil(k, out=k)
+        k -= 1.0
+        np.multiply(k, total, out=y)
+        np.subtract(b, y, out=y)
+        np.maximum(y, _TINY, out=y)
+        np.minimum(y, total, out=y)
+        self._search(y, self._payload_scale, tab.payload_lo, tab.payload_probes,
+                     tab.payload_steps, np.less)
+        tab.slot.take(g, axis=0, out=slot, mode="clip")
+        np.subtract(y, slot_payload, out=t1)
+        t1 += COMPLETE_TOL
+        t1 /= slot_bw
+        t1 += slot_start
+        np.minimum(t1, slot_end, out=t1)  # a remainder <= 1e-8 at the slot end is dropped
+        np.multiply(k, period, out=s1)
+        t1 += s1  # unwrapped time at which the download completes
+        np.subtract(t1, tau, out=delay)
+
+        if self._train:
+            noise = self._noise  # row 0: delay noise, row 1: buffer-cap noise
+            self._rng.standard_normal(out=noise)
+            noise *= self._noise_std
+            noise += 1.0
+            np.maximum(noise, self._noise_low, out=noise)
+            np.minimum(noise, self._noise_high, out=noise)
+            delay *= self._delay_noise  # the noise does not move the trace position
+
+        # Stall (none on an episode's first chunk), buffer, sleep above the cap.
+        np.subtract(delay, buf, out=stall)
+        np.maximum(stall, 0.0, out=stall)
+        np.minimum(stall, MAX_STALL, out=stall)
+        stall *= self._notfirst
+        buf -= delay
+        np.maximum(buf, 0.0, out=buf)
+        buf += self.chunk_seconds
+        np.subtract(buf, self.max_buffer, out=sleep)
+        np.maximum(sleep, 0.0, out=sleep)
+        np.add(t1, sleep, out=tau)  # the fixed drain: the full sleep, across any slots
+        if self._train:
+            np.greater(buf, self.max_buffer, out=self._cap)
+            np.multiply(self._buffer_noise, self.max_buffer, out=s1)
+            np.copyto(buf, s1, where=self._cap)
+        else:
+            np.minimum(buf, self.max_buffer, out=buf)
+        self._notfirst.fill(1.0)
+
+        # Rewards: raw QoE, then transform_reward in place.
+        quality, raw = self._quality, self._raw
+        self._bitrates.take(a, out=quality, mode="clip")
+        np.multiply(quality, self.quality_weight, out=raw)
+        np.multiply(stall, self.rebuf_weight, out=s1)
+        raw -= s1
+        rt = np.subtract(raw, 1.0)  # returned to the caller: a fresh array
+        np.abs(rt, out=s2)
+        s2 += 1.0
+        np.sqrt(s2, out=s2)
+        s2 -= 1.0
+        np.multiply(rt, 0.001, out=s1)
+        s2 += s1
+        np.sign(rt, out=rt)
+        rt *= s2
+
+        # Observation row, normalised and clipped, then the history shift (ping-pong buffers).
+        row = self._row
+        c0, c1, c2, c3, c4 = self._row_cols
+        self._quality_norm.take(a, out=c0, mode="clip")
+        np.multiply(size, 1.0 / SIZE_NORM, out=c1)
+        np.multiply(delay, 1.0 / DELAY_NORM, out=c2)
+        np.multiply(buf, 1.0 / self.max_buffer, out=c3)
+        np.add(rt, REWARD_SHIFT, out=c4)
+        c4 *= 1.0 / REWARD_SPAN
+        np.maximum(row, 0.0, out=row)
+        np.minimum(row, 1.0, out=row)
+        self._vidx += 1
+        self._vrow += 1
+        out, old_hist, new_hist, new_row, new_next = self._views[self._parity]
+        np.copyto(new_hist, old_hist)
+        np.copyto(new_row, row, casting="same_kind")
+        self._sizes.take(self._vrow, axis=0, out=self._chunk, mode="clip")
+        np.multiply(self._chunk, 1.0 / SIZE_NORM, out=self._next)
+        np.minimum(self._next, 1.0, out=self._next)  # sizes are positive
+        np.copyto(new_next, self._next, casting="same_kind")
+        self._obs = out
+        self._parity ^= 1
+
+        # Episode bookkeeping.
+        np.copyto(self._last_buffer, buf)
+        np.copyto(self._last_trace, self._trace)
+        self._ret += raw
+        self._ret_t += rt
+        self._qsum += quality
+        self._ssum += stall
+        if self._train:
+            np.add(self._rew_rows, self._eplen, out=idx)
+            self._rewflat.put(idx, rt, mode="clip")
+        self._eplen += 1
+        done = np.equal(self._vidx, self._n_chunks - 1, out=self._done)
+
+        infos: dict[str, Any] = {}
+        if done.any():
+            self._finish(done, infos)
+        infos["trace"] = self._trace.copy()
+        infos["_trace"] = np.ones(self.num_envs, dtype=bool)
+        return self._obs.copy(), rt, done.copy(), np.zeros(self.num_envs, dtype=bool), infos
+
+    def _search(self, value: np.ndarray, scale: np.ndarray, lower: np.ndarray,
+                probes: list[np.ndarray], steps: list[int], keep) -> None:
+        """Bucketed branchless search of every copy's own row (see ``_TraceTables``):
+        ``self._g`` = row base + number of keys k with ``keep(k, value)``."""
+        g, key, hit, bucket = self._g, self._key, self._hit, self._bucket
+        np.multiply(value, scale, out=key)  # value / bucket width, >= 0
+        np.copyto(bucket, key, casting="unsafe")  # truncation = floor
+        bucket += self._bucket_base
+        lower.take(bucket, out=g, mode="clip")
+        for probe, step in zip(probes, steps):
+            probe.take(g, out=key, mode="clip")
+            keep(key, value, out=hit)
+            np.add(g, step, out=g, where=hit)
+
+    def _trace_info(self) -> dict[str, np.ndarray]:
+        return {"trace": self._trace.copy(), "_trace": np.ones(self.num_envs, dtype=bool)}
+
+    def _finish(self, done: np.ndarray, infos: dict[str, Any]) -> None:
+        """Report finished episodes, update the sampler, autoreset (same step)."""
+        ended = np.flatnonzero(done)
+        mask = done.copy()
+        infos["final_obs"] = self._obs.copy()
+        infos["_final_obs"] = mask.copy()
+        ret, ret_t, quality, stall = np.where(mask, self._fstate[:4], 0.0)
+        length, trace = np.where(mask, self._istate[:2], 0)
+        infos["episode"] = {
+            "return": ret,
+            "return_transformed": ret_t,
+            "length": length,
+            "trace": trace,
+            "quality": quality,
+            "stall": stall,
+        }
+        infos["_episode"] = mask
+        if self._train:
+            for i in ended:
+                self.sampler.update(
+                    int(self._trace[i]), rewards=self._rewbuf[i, : self._eplen[i]].copy()
+                )
+        if self._autoreset:
+            self._restart(ended)
+        else:
+            self._needs_reset = True
+
+    def _restart(self, ids: np.ndarray) -> None:
+        """New episodes for copies ``ids``: draw traces (and starts), zero the history."""
+        count = len(ids)
+        n_traces = len(self._traces)
+        new = np.asarray(self.sampler.sample_many(count), dtype=np.int64).reshape(-1)
+        if (new.shape != (count,) or np.minimum.reduce(new) < 0
+                or np.maximum.reduce(new) >= n_traces):
+            raise RuntimeError(
+                f"sampler {type(self.sampler).__name__} returned invalid trace indices {new!r}"
+            )
+        if not self._train:
+            start = np.zeros(count, dtype=np.int64)
+        elif self._same_starts:
+            start = self._rng.integers(0, self._n_starts[0], size=count)
+        else:
+            start = self._rng.integers(0, self._n_starts[new])
+        self._fstate[:6, ids] = 0.0  # returns, buffer, "not first chunk"
+        self._fstate[7:, ids] = self._per_trace[new].T
+        self._tau[ids] = self._tab.local_time[new, start]
+        self._eplen[ids] = 0
+        self._trace[ids] = new
+        self._vidx[ids] = start
+        self._vrow[ids] = new * self._n_chunks + start
+        self._bucket_base[ids] = new * (self._tab.buckets + 1)
+        h5 = 5 * self.history_len
+        self._obs[ids, :h5] = 0.0
+        chunk = self._sizes[self._vrow[ids]]
+        self._chunk[ids] = chunk
+        self._obs[ids, h5:] = np.minimum(chunk * (1.0 / SIZE_NORM), 1.0)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return (
+            f"TraceBenchVecEnv({self._traces.name!r}, num_envs={self.num_envs}, mode={self.mode}, "
+            f"sampler={type(self.sampler).__name__})"
+        )
+
+
+class TraceBenchEnv(gym.Env):
+    """Single-copy TraceBench (a ``TraceBenchVecEnv`` with one copy and no autoreset).
+
+    Takes the same arguments as :class:`TraceBenchVecEnv` except ``n_envs``. ``step`` returns
+    the transformed reward; ``info`` holds the step's ``delay``, ``stall``, ``buffer``,
+    ``sleep``, ``size``, ``quality``, raw ``reward`` and ``trace``, and on the final step an
+    ``episode`` dict of floats (return, return_transformed, length, trace, quality, stall).
+    After ``terminated`` call ``reset()``. In test mode with the default sampler, successive
+    ``reset()`` calls play traces 0, 1, 2, ... (``reset(seed=...)`` starts again at 0).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, traces: TraceSet, sampler: TraceSampler | None = None, **kwargs: Any):
+        if "n_envs" in kwargs:
+            raise TypeError("TraceBenchEnv is a single copy; use TraceBenchVecEnv for n_envs")
+        self.vec = TraceBenchVecEnv(traces, 1, sampler, **kwargs)
+        self.vec._autoreset = False
+        self.observation_space = self.vec.single_observation_space
+        self.action_space = self.vec.single_action_space
+
+    @property
+    def trace_set(self) -> TraceSet:
+        return self.vec.trace_set
+
+    @property
+    def sampler(self) -> TraceSampler:
+        return self.vec.sampler
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.vec.reset(seed=seed, options=options)
+        self._np_random = self.vec._rng
+        self._np_random_seed = self.vec._np_random_seed
+        return obs[0], {"trace": int(info["trace"][0])}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if not self.action_space.contains(action):
+            raise ValueError(f"action must be in {self.action_space}, got {action!r}")
+        obs, reward, terminated, _, infos = self.vec.step(np.array([action], dtype=np.int64))
+        info: dict[str, Any] = {k: v[0].item() for k, v in self.vec.last_step().items()}
+        if "episode" in infos:
+            info["episode"] = {k: v[0].item() for k, v in infos["episode"].items()}
+        return obs[0], float(reward[0]), bool(terminated[0]), False, info
