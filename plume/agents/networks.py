@@ -1,0 +1,191 @@
+"""Policy/value networks for the on-policy agents (PPO, A2C).
+
+``mlp`` builds a plain multilayer perceptron with orthogonal initialisation (the CleanRL/SB3
+convention: hidden layers gain sqrt(2), biases zero, the output layer a caller-chosen gain:
+0.01 for policy heads so the initial policy is near uniform, 1.0 for value heads).
+
+``ActorCritic`` holds two separate MLPs, an actor and a critic, built from Gymnasium spaces:
+
+- observation space: a flat (1-D) ``Box``;
+- action space: ``Discrete(n, start)`` -> categorical over ``n`` logits, or a flat ``Box`` ->
+  diagonal Gaussian whose mean comes from the actor and whose log standard deviation is a
+  state-independent parameter.
+
+Actions handled by the network ("policy actions") are the raw samples: integers ``0..n-1`` for
+``Discrete`` and unclipped reals for ``Box``. Log-probabilities are always those of the raw
+sample. :meth:`ActorCritic.to_env` maps policy actions to what the environment accepts (adds
+``Discrete.start``; clips ``Box`` actions to the bounds). Store policy actions in rollouts,
+step the environment with ``to_env(actions)``.
+
+The networks know nothing about traces, samplers or environments beyond their spaces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def mlp(
+    in_dim: int,
+    hidden_sizes: Sequence[int],
+    out_dim: int,
+    activation: str = "tanh",
+    out_gain: float = 1.0,
+) -> nn.Sequential:
+    """``in_dim -> hidden_sizes... -> out_dim`` MLP, orthogonally initialised.
+
+    Hidden layers: ``Linear`` (orthogonal, gain sqrt(2), bias 0) followed by ``activation``
+    (one of ``"tanh"``, ``"relu"``, ``"elu"``). Output layer: ``Linear`` (orthogonal, gain
+    ``out_gain``, bias 0), no activation.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    sizes = [int(in_dim), *(int(h) for h in hidden_sizes), int(out_dim)]
+    if any(s < 1 for s in sizes):
+        raise ValueError(f"layer sizes must be positive, got {sizes}")
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        last = i == len(sizes) - 2
+        linear = nn.Linear(sizes[i], sizes[i + 1])
+        nn.init.orthogonal_(linear.weight, gain=out_gain if last else math.sqrt(2.0))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs for a flat ``Box`` observation space.
+
+    Args:
+        observation_space: flat ``gymnasium.spaces.Box`` (one observation, not a batch).
+        action_space: ``Discrete`` or flat ``Box`` (one action, not a batch).
+        hidden_sizes, activation: hidden layers of both MLPs (see :func:`mlp`).
+        log_std_init: initial log standard deviation of the Gaussian (``Box`` actions only).
+
+    All methods take batched observations ``(B, obs_dim)`` float32 tensors.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+            raise ValueError(
+                "ActorCritic needs a flat Box observation space (shape (obs_dim,)), "
+                f"got {observation_space}"
+            )
+        self.obs_dim = int(observation_space.shape[0])
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            self.n_actions = int(action_space.n)
+            self.action_start = int(action_space.start)
+            self.actor = mlp(self.obs_dim, hidden_sizes, self.n_actions, activation, out_gain=0.01)
+        elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+            self.act_dim = int(action_space.shape[0])
+            self.actor = mlp(self.obs_dim, hidden_sizes, self.act_dim, activation, out_gain=0.01)
+            self.log_std = nn.Parameter(torch.full((self.act_dim,), float(log_std_init)))
+            # Bounds may be infinite; clamping against +-inf is a no-op.
+            self.register_buffer(
+                "action_low", torch.as_tensor(action_space.low, dtype=torch.float32)
+            )
+            self.register_buffer(
+                "action_high", torch.as_tensor(action_space.high, dtype=torch.float32)
+            )
+        else:
+            raise ValueError(
+                f"ActorCritic supports Discrete or flat Box action spaces, got {action_space}"
+            )
+        self.critic = mlp(self.obs_dim, hidden_sizes, 1, activation, out_gain=1.0)
+
+    # -- basic heads ----------------------------------------------------------------------------
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State value ``V(obs)``, shape ``(B,)``."""
+        return self.critic(obs).squeeze(-1)
+
+    def dist(self, obs: torch.Tensor) -> torch.distributions.Distribution:
+        """The policy distribution at ``obs`` (batch shape ``(B,)``; for ``Box`` the event
+        shape is ``(act_dim,)``, so ``log_prob`` and ``entropy`` are per-sample)."""
+        out = self.actor(obs)
+        if self.discrete:
+            return torch.distributions.Categorical(logits=out, validate_args=False)
+        normal = torch.distributions.Normal(
+            out, self.log_std.exp().expand_as(out), validate_args=False
+        )
+        return torch.distributions.Independent(normal, 1, validate_args=False)
+
+    # -- what the algorithms use (hand-written densities: faster than torch.distributions) -----
+    def sample_actions(
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample (or, if ``deterministic``, take the mode of) the policy; actor only.
+
+        Returns ``(actions, log_prob)``: policy actions (``(B,)`` int64 for ``Discrete``,
+        ``(B, act_dim)`` unclipped float for ``Box``) and their log-probability ``(B,)``.
+        Randomness comes from ``generator`` (torch's default generator if None).
+        """
+        out = self.actor(obs)
+        if self.discrete:
+            log_probs = torch.log_softmax(out, dim=-1)
+            if deterministic:
+                actions = out.argmax(dim=-1)
+            else:
+                actions = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+            return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        if deterministic:
+            actions = out
+        else:
+            noise = torch.randn(out.shape, generator=generator, dtype=out.dtype, device=out.device)
+            actions = out + noise * self.log_std.exp()
+        return actions, self._gaussian_log_prob(out, actions)
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(actions, log_prob, value)``: :meth:`sample_actions` plus ``V(obs)``."""
+        actions, log_prob = self.sample_actions(obs, deterministic, generator)
+        return actions, log_prob, self.value(obs)
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log_prob, entropy, value)`` of given policy ``actions`` at ``obs``, each ``(B,)``."""
+        out = self.actor(obs)
+        if self.discrete:
+            log_probs = torch.log_softmax(out, dim=-1)
+            log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+        else:
+            log_prob = self._gaussian_log_prob(out, actions)
+            entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(out.shape[0])
+        return log_prob, entropy, self.value(obs)
+
+    def to_env(self, actions: torch.Tensor) -> torch.Tensor:
+        """Policy actions -> environment actions (``Discrete``: ``+ start``; ``Box``: clipped)."""
+        if self.discrete:
+            return actions + self.action_start if self.action_start else actions
+        return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
+
+    def _gaussian_log_prob(self, mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        z = (actions - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.pow(2) - self.log_std - _LOG_SQRT_2PI).sum(-1)
