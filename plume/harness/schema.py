@@ -1,0 +1,175 @@
+"""Structured-config schemas: every value of a composed job is checked here before work starts.
+
+The YAML files under ``conf/`` stay plain (Hydra composes them); :func:`validate` merges each
+section into its dataclass schema so that a wrong type, a misspelt key or an out-of-range value
+fails with a message naming the key, before any dataset is built or any step is trained.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from plume.agents import PPOConfig
+from plume.sampling import SAMPLERS
+
+
+class ConfigError(ValueError):
+    """A job's configuration is invalid; the message names the key and what was expected."""
+
+
+@dataclass
+class TrainSection:
+    total_steps: int = 400_000
+    eval_points: int = 20
+    eval_at_start: bool = True
+    torch_threads: int = 1
+    progress_every_s: float = 10.0
+
+
+@dataclass
+class EnvSection:
+    name: str = "tracebench"
+    dataset: str = "majority_fast"
+    trace_format: Optional[str] = None
+    n_envs: int = 64
+    test_sets: list[str] = field(default_factory=list)
+    quality_weight: float = 1.0
+    rebuf_weight: float = 6.0
+
+
+@dataclass
+class LoggerSection:
+    name: str = "none"
+    mode: str = "offline"
+    project: str = "plume"
+    entity: Optional[str] = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PathsSection:
+    root: str = "runs"
+
+
+@dataclass
+class JobConfig:
+    """The validated, typed view of one job's configuration."""
+
+    exp_name: str
+    seed: int
+    overwrite: bool
+    train: TrainSection
+    env: EnvSection
+    algo_name: str
+    algo: PPOConfig
+    sampler_name: str
+    sampler_params: dict[str, Any]
+    logger: LoggerSection
+    paths: PathsSection
+
+
+ALGORITHMS = {"ppo": PPOConfig}
+ENVIRONMENTS = ("tracebench",)
+LOGGERS = ("wandb", "none")
+WANDB_MODES = ("offline", "online", "disabled")
+
+
+def _typed(section: str, schema: type, node: Any, drop: tuple[str, ...] = ()) -> Any:
+    """Merge ``node`` into ``schema``; unknown keys and wrong types raise ConfigError."""
+    if node is None:
+        raise ConfigError(f"config section '{section}' is missing")
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    values = {k: v for k, v in dict(values).items() if k not in drop}
+    known = {f.name for f in fields(schema)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(f'{section}.{k}' for k in unknown)}; "
+            f"valid keys of '{section}': {', '.join(sorted(known))}"
+        )
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), values)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        raise ConfigError(f"{section}.{key}: {err.msg if hasattr(err, 'msg') else err}") from None
+    except (TypeError, ValueError) as err:  # raised by a schema's own __post_init__ checks
+        raise ConfigError(f"{section}: {err}") from None
+
+
+def _choice(section: str, value: str, valid: tuple[str, ...] | list[str]) -> str:
+    if value not in valid:
+        raise ConfigError(
+            f"{section}={value!r} is not known; valid choices: {', '.join(sorted(valid))}"
+        )
+    return value
+
+
+def validate(cfg: DictConfig) -> JobConfig:
+    """Check every section of a composed job config and return its typed view."""
+    train = _typed("train", TrainSection, cfg.get("train"))
+    if train.total_steps <= 0:
+        raise ConfigError(f"train.total_steps must be a positive step budget, got {train.total_steps}")
+    if train.eval_points < 1:
+        raise ConfigError(f"train.eval_points must be >= 1, got {train.eval_points}")
+    if train.torch_threads < 1:
+        raise ConfigError(f"train.torch_threads must be >= 1, got {train.torch_threads}")
+
+    env = _typed("env", EnvSection, cfg.get("env"))
+    _choice("env", env.name, ENVIRONMENTS)
+    if env.n_envs < 1:
+        raise ConfigError(f"env.n_envs must be >= 1, got {env.n_envs}")
+    if not env.test_sets:
+        raise ConfigError("env.test_sets is empty: name at least one test set to evaluate on")
+    from plume.harness.datasets import check_dataset  # late: keeps schema import light
+
+    check_dataset(env.name, env.dataset, env.trace_format, key="env.dataset")
+    for i, name in enumerate(env.test_sets):
+        check_dataset(env.name, name, env.trace_format, key=f"env.test_sets[{i}]")
+
+    algo_node = cfg.get("algo")
+    algo_name = _choice("algo.name", str(algo_node.get("name")), tuple(ALGORITHMS))
+    algo = _typed("algo", ALGORITHMS[algo_name], algo_node, drop=("name",))
+
+    sampler_node = OmegaConf.to_container(cfg.get("sampler"), resolve=True)
+    sampler_name = _choice("sampler.name", str(sampler_node.pop("name", None)), tuple(SAMPLERS))
+    accepted = [
+        p for p in inspect.signature(SAMPLERS[sampler_name].__init__).parameters
+        if p not in ("self", "n_traces", "rng")
+    ]
+    unknown = sorted(set(sampler_node) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"sampler '{sampler_name}' has no parameter(s) {', '.join(unknown)}; "
+            f"it accepts: {', '.join(accepted) or 'none'}"
+        )
+
+    logger = _typed("logger", LoggerSection, cfg.get("logger"))
+    _choice("logger", logger.name, LOGGERS)
+    _choice("logger.mode", logger.mode, WANDB_MODES)
+
+    paths = _typed("paths", PathsSection, cfg.get("paths"))
+    if not str(cfg.get("exp_name", "")).strip():
+        raise ConfigError("exp_name must be a non-empty name")
+    seed = cfg.get("seed")
+    if not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    return JobConfig(
+        exp_name=str(cfg.exp_name),
+        seed=seed,
+        overwrite=bool(cfg.get("overwrite", False)),
+        train=train,
+        env=env,
+        algo_name=algo_name,
+        algo=algo,
+        sampler_name=sampler_name,
+        sampler_params=sampler_node,
+        logger=logger,
+        paths=paths,
+    )

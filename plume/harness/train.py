@@ -1,0 +1,296 @@
+"""``plume-train``: train one DRL agent on one trace dataset with one trace sampler.
+
+    plume-train env.dataset=majority_fast sampler=uniform seed=0 train.total_steps=200000
+    plume-train -m sampler=uniform seed=0,1,2          # a sweep; re-running skips finished jobs
+
+The job validates its whole config first, then writes the run directory of DESIGN.md
+(``plume.harness.rundir``), evaluates greedily on every test set at ``train.eval_points`` evenly
+spaced points, and logs to W&B (offline by default) when ``logger=wandb``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+import pandas as pd
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from plume import __version__
+from plume.harness.datasets import load_dataset
+from plume.harness.evaluation import Evaluator, sampler_weights
+from plume.harness.rundir import (
+    COMPLETED, EVAL_TABLE, FAILED, RESOLVED_CONFIG, RUNNING, SAMPLER_TABLE, RunDirectory,
+)
+from plume.harness.schema import ConfigError, JobConfig, validate
+from plume.harness.seeding import spawn_streams, torch_seed
+from plume.harness.tracking import NullTracker, WandbTracker
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+log = logging.getLogger("plume")
+
+
+def _override_dirname(value: str) -> str:
+    """Folder name for a job's overrides: never empty, never nested."""
+    return value.replace("/", "_").replace(os.sep, "_") or "defaults"
+
+
+OmegaConf.register_new_resolver("plume_dirname", _override_dirname, replace=True)
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+def main(cfg: DictConfig) -> dict[str, Any] | None:
+    hydra_cfg = HydraConfig.get()
+    choices = {
+        group: choice
+        for group, choice in hydra_cfg.runtime.choices.items()
+        if not group.startswith("hydra") and choice is not None
+    }
+    return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices)
+
+
+def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None):
+    """Validate, train, evaluate and record one job in ``run_dir``; returns its summary."""
+    rundir = RunDirectory(run_dir)
+    try:
+        job = validate(cfg)
+    except ConfigError as err:
+        rundir.write_status(FAILED, error=f"invalid config: {err}")
+        raise
+    if rundir.is_completed and not job.overwrite:
+        log.info("skipping %s: already completed (overwrite=true to train it again)", run_dir)
+        return rundir.status().get("summary")
+    (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    rundir.reset_train_log()
+    started = time.time()
+    rundir.write_status(
+        RUNNING,
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        error=None,
+        traceback=None,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        versions=_versions(),
+        exp_name=job.exp_name,
+        seed=job.seed,
+        choices=choices or {},
+        command=" ".join(sys.argv),
+    )
+    tracker: NullTracker | WandbTracker = NullTracker()
+    exit_code = 1
+    try:
+        tracker = _make_tracker(job, cfg, run_dir, choices or {})
+        summary = _train(job, rundir, tracker)
+        exit_code = 0
+    except BaseException as err:
+        rundir.write_status(
+            FAILED,
+            error=f"{type(err).__name__}: {err}",
+            traceback=traceback.format_exc(),
+            elapsed_s=round(time.time() - started, 3),
+        )
+        raise
+    finally:
+        tracker.finish(exit_code)
+    rundir.write_status(
+        COMPLETED,
+        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        elapsed_s=round(time.time() - started, 3),
+        wandb_run=tracker.location,
+        summary=summary,
+    )
+    log.info("results: %s (status.json, train.jsonl, eval.parquet, sampler.parquet, checkpoint.pt)",
+             run_dir)
+    if tracker.location:
+        log.info("W&B offline run: %s  (upload: wandb sync %s)", tracker.location, tracker.location)
+    return summary
+
+
+def _train(job: JobConfig, rundir: RunDirectory, tracker) -> dict[str, Any]:
+    import torch
+
+    from plume.agents import PPO
+    from plume.envs import TraceBenchVecEnv
+    from plume.sampling import SAMPLERS
+
+    streams = spawn_streams(job.seed)
+    torch.set_num_threads(job.train.torch_threads)
+    train_traces = load_dataset(job.env.name, job.env.dataset, "train")
+    test_sets = {
+        Path(name).stem: load_dataset(job.env.name, name, "test") for name in job.env.test_sets
+    }
+    sampler = SAMPLERS[job.sampler_name](
+        len(train_traces), np.random.default_rng(streams["sampler"]), **job.sampler_params
+    )
+    reward = {"quality_weight": job.env.quality_weight, "rebuf_weight": job.env.rebuf_weight}
+    env = TraceBenchVecEnv(
+        train_traces, job.env.n_envs, sampler, mode="train", seed=streams["env"], **reward
+    )
+    agent = PPO(env, job.algo, seed=torch_seed(streams["torch"]))
+    evaluator = Evaluator(test_sets, **reward)
+    log.info(
+        "training %s on %s (%d traces) with sampler=%s, %s env steps, seed %d -> %s",
+        job.algo_name, train_traces.name, len(train_traces), job.sampler_name,
+        f"{job.train.total_steps:,}", job.seed, rundir.path,
+    )
+
+    total = job.train.total_steps
+    points = [k / job.train.eval_points for k in range(1, job.train.eval_points + 1)]
+    if job.train.eval_at_start:
+        points.insert(0, 0.0)
+    eval_frames: list[pd.DataFrame] = []
+    sampler_frames: list[pd.DataFrame] = []
+    draws_before = sampler.draws.copy()
+    clock = {"start": time.time(), "last_line": time.time()}
+    latest: dict[str, float] = {}
+
+    def evaluate(progress: float, env_steps: int) -> None:
+        nonlocal draws_before
+        started = time.time()
+        frame = evaluator.evaluate(
+            lambda obs: agent.act(obs, deterministic=True), progress=progress, env_steps=env_steps
+        )
+        eval_frames.append(frame)
+        rundir.write_table(EVAL_TABLE, pd.concat(eval_frames, ignore_index=True))
+        weights = sampler_weights(
+            sampler, train_traces.labels, draws_before, progress=progress, env_steps=env_steps
+        )
+        draws_before = sampler.draws.copy()
+        if not weights.empty:
+            sampler_frames.append(weights)
+            rundir.write_table(SAMPLER_TABLE, pd.concat(sampler_frames, ignore_index=True))
+        scores = _eval_scores(frame)
+        scores.update(
+            {f"sampler/{r.grouping}/{r.group}": r.weight for r in weights.itertuples()}
+        )
+        scores["eval/seconds"] = time.time() - started
+        latest.update({k: v for k, v in scores.items() if k.endswith("/qoe")})
+        tracker.log({"progress": progress, **scores}, step=env_steps)
+        rundir.save_checkpoint(
+            {
+                "agent": agent.state_dict(),
+                "sampler": sampler.state_dict(),
+                "env_steps": env_steps,
+                "progress": progress,
+                "seed": job.seed,
+            }
+        )
+        _progress_line(progress, env_steps, total, clock, latest, prefix="eval")
+
+    def on_update(metrics: dict[str, Any]) -> bool:
+        env_steps = int(metrics["env_steps"])
+        record = {k: _jsonable(v) for k, v in metrics.items()}
+        record["time_s"] = round(time.time() - clock["start"], 3)
+        rundir.append_train(record)
+        tracker.log(record, step=env_steps)
+        if np.isfinite(record.get("charts/episodic_return", np.nan)):
+            latest["train/return"] = record["charts/episodic_return"]
+        while points and env_steps >= points[0] * total:
+            evaluate(points.pop(0), env_steps)
+        if time.time() - clock["last_line"] >= job.train.progress_every_s:
+            _progress_line(env_steps / total, env_steps, total, clock, latest, prefix="train")
+        return True
+
+    if points and points[0] == 0.0:
+        evaluate(points.pop(0), 0)
+    agent.learn(total, callback=on_update)
+    env_steps = int(agent.env_steps)
+    while points:  # a budget that ends between points still gets its final evaluation
+        evaluate(points.pop(0), env_steps)
+    elapsed = time.time() - clock["start"]
+    final = eval_frames[-1]
+    summary = {
+        "env_steps": env_steps,
+        "train_seconds": round(elapsed, 2),
+        "steps_per_s": round(env_steps / max(elapsed, 1e-9), 1),
+        **{k: round(v, 6) for k, v in _eval_scores(final).items()},
+    }
+    tracker.summarise(summary)
+    return summary
+
+
+def _eval_scores(frame: pd.DataFrame) -> dict[str, float]:
+    """Mean QoE per chunk and per episode, per test set and per ground-truth kind."""
+    scores: dict[str, float] = {}
+    qoe = frame["return"] / frame["length"]
+    for test_set, rows in frame.groupby("test_set"):
+        scores[f"eval/{test_set}/return"] = float(rows["return"].mean())
+        scores[f"eval/{test_set}/qoe"] = float(qoe[rows.index].mean())
+        if rows["label"].notna().all():
+            for label, kind in rows.groupby("label"):
+                scores[f"eval/{test_set}/{label}/qoe"] = float(qoe[kind.index].mean())
+    return scores
+
+
+def _progress_line(progress, env_steps, total, clock, latest, prefix) -> None:
+    now = time.time()
+    clock["last_line"] = now
+    elapsed = now - clock["start"]
+    rate = env_steps / elapsed if elapsed > 0 else 0.0
+    eta = (total - env_steps) / rate if rate > 0 else float("nan")
+    evals = " ".join(
+        f"{k.split('/')[1]}={v:.3f}" for k, v in latest.items() if k.count("/") == 2
+    )
+    train = latest.get("train/return")
+    log.info(
+        "[%s] %5.1f%% %s/%s steps | %s steps/s | eta %s | train return %s | test QoE/chunk %s",
+        prefix, 100 * progress, f"{env_steps:,}", f"{total:,}", f"{rate:,.0f}",
+        _clock(eta), "n/a" if train is None else f"{train:.2f}", evals or "n/a",
+    )
+
+
+def _clock(seconds: float) -> str:
+    if not np.isfinite(seconds):
+        return "?"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (np.floating, float)):
+        return float(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    return value
+
+
+def _make_tracker(job: JobConfig, cfg: DictConfig, run_dir: Path, choices: dict[str, str]):
+    if job.logger.name == "none":
+        return NullTracker()
+    return WandbTracker(
+        run_dir=run_dir,
+        mode=job.logger.mode,
+        project=job.logger.project,
+        entity=job.logger.entity,
+        group=job.exp_name,
+        job_type=job.sampler_name,
+        name=f"{job.exp_name}/{run_dir.parent.name}/{run_dir.name}",
+        tags=[f"{group}:{choice}" for group, choice in sorted(choices.items())]
+        + list(job.logger.tags),
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )
+
+
+def _versions() -> dict[str, str]:
+    import torch
+
+    return {
+        "plume": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+    }
+
+
+if __name__ == "__main__":
+    main()

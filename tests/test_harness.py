@@ -1,0 +1,173 @@
+"""The harness end to end: config composition and validation, one tiny job, a tiny sweep."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hydra.errors import MissingConfigException
+from omegaconf import OmegaConf
+
+from plume.harness.rundir import RunDirectory
+from plume.harness.schema import ConfigError, validate
+from plume.harness.seeding import spawn_streams, torch_seed
+from plume.harness.train import run_job
+from plume.traces import load_tracebench
+from tests.conftest import TINY, conf_options, plume_train_env
+
+
+@pytest.mark.parametrize(
+    "group", ["env", "algo", "sampler", "logger", "paths"],
+)
+def test_every_option_of_every_group_composes_and_validates(compose_cfg, group):
+    options = conf_options(group)
+    assert options, f"conf/{group} is empty"
+    for option in options:
+        job = validate(compose_cfg(f"{group}={option}"))
+        assert job.seed == 0
+
+
+def test_defaults_are_the_documented_job(compose_cfg):
+    job = validate(compose_cfg())
+    assert (job.env.name, job.env.dataset, job.algo_name, job.sampler_name) == (
+        "tracebench", "majority_fast", "ppo", "uniform"
+    )
+    assert job.logger.name == "wandb" and job.logger.mode == "offline"
+    assert job.algo.hidden_sizes == (256, 256) and job.algo.activation == "elu"
+    assert job.env.test_sets == ["majority_fast", "balanced", "majority_slow"]
+
+
+def test_unknown_sampler_group_option_lists_the_valid_ones(compose_cfg):
+    with pytest.raises(MissingConfigException) as err:
+        compose_cfg("sampler=nosuchsampler")
+    assert "uniform" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("sampler.name=nosuchsampler", "valid choices: uniform"),
+        ("train.total_steps=-5", "train.total_steps must be a positive step budget, got -5"),
+        ("train.total_steps=abc", "train.total_steps"),
+        ("env.dataset=majority_medium", "majority_fast, balanced, majority_slow"),
+        ("env.test_sets=[nowhere.npz]", "env.test_sets[0]='nowhere.npz'"),
+        ("algo.gamma=1.5", "gamma"),
+        ("+algo.learning_rat=0.1", "algo.learning_rat"),
+        ("+sampler.alpha=0.5", "sampler 'uniform' has no parameter(s) alpha"),
+        ("env.n_envs=0", "env.n_envs must be >= 1"),
+        ("logger.mode=loud", "logger.mode='loud' is not known"),
+        ("seed=-1", "seed must be a non-negative integer"),
+    ],
+)
+def test_bad_input_fails_before_work_with_a_message_naming_the_key(compose_cfg, override, expected):
+    with pytest.raises(ConfigError) as err:
+        validate(compose_cfg(override))
+    assert expected in str(err.value)
+
+
+def test_seed_streams_are_independent_and_reproducible():
+    a, b = spawn_streams(0), spawn_streams(0)
+    assert torch_seed(a["torch"]) == torch_seed(b["torch"])
+    draws = {name: np.random.default_rng(s).random(4) for name, s in a.items()}
+    assert len({tuple(v) for v in draws.values()}) == len(draws)
+    assert torch_seed(spawn_streams(1)["torch"]) != torch_seed(a["torch"])
+
+
+def test_a_tiny_job_writes_the_whole_run_directory(compose_cfg, tmp_path):
+    cfg = compose_cfg(*TINY, "logger=wandb")
+    summary = run_job(cfg, tmp_path, {"sampler": "uniform"})
+    run = RunDirectory(tmp_path)
+
+    status = run.status()
+    assert status["state"] == "completed" and status["error"] is None
+    assert status["summary"]["env_steps"] == 2048 == summary["env_steps"]
+    assert status["elapsed_s"] > 0 and status["versions"]["torch"] == torch.__version__
+
+    train = run.read_train()
+    assert list(train["env_steps"]) == [512, 1024, 1536, 2048]  # 8 envs x 64 steps per update
+    for metric in ["losses/value_loss", "losses/approx_kl", "perf/steps_per_s"]:
+        assert np.isfinite(train[metric]).all()
+
+    evals = run.read_table("eval.parquet")
+    slow = load_tracebench("majority_slow", "test")
+    assert sorted(evals["progress"].unique()) == [0.0, 0.5, 1.0]
+    assert len(evals) == 3 * len(slow)
+    final = evals[evals["progress"] == 1.0].sort_values("trace")
+    assert (final["trace_id"].to_numpy() == slow.trace_ids).all()
+    assert (final["label"].to_numpy() == slow.labels).all()
+    assert (final["length"] == 99).all()
+    # QoE = bitrate - 6 stall, summed over the 99 chunks of each test episode.
+    np.testing.assert_allclose(final["return"], final["quality"] - 6 * final["stall"], rtol=1e-9)
+    assert final["quality"].between(99 * 1.0, 99 * 6.0).all()
+
+    weights = run.read_table("sampler.parquet")
+    at_end = weights[(weights["progress"] == 1.0) & (weights["grouping"] == "label")]
+    expected = {"fast_high-var": 0.375, "fast_low-var": 0.375, "slow_high-var": 0.125,
+                "slow_low-var": 0.125}
+    assert dict(zip(at_end["group"], at_end["weight"].round(12))) == expected
+
+    checkpoint = run.load_checkpoint()
+    assert checkpoint["env_steps"] == 2048 and checkpoint["sampler"]["name"] == "uniform"
+    config = OmegaConf.load(tmp_path / "config.yaml")
+    assert config.train.total_steps == 2048
+
+    offline = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and list(offline[0].glob("run-*.wandb"))
+    assert status["wandb_run"] == str(offline[0])
+
+
+def test_same_seed_same_results_different_seed_different_results(compose_cfg, tmp_path):
+    finals = []
+    for name, seed in [("a", 3), ("b", 3), ("c", 4)]:
+        run_job(compose_cfg(*TINY, "logger=none", f"seed={seed}"), tmp_path / name)
+        evals = RunDirectory(tmp_path / name).read_table("eval.parquet")
+        finals.append(RunDirectory(tmp_path / name).read_train()["losses/value_loss"].to_numpy())
+    np.testing.assert_array_equal(finals[0], finals[1])
+    assert not np.array_equal(finals[0], finals[2])
+
+
+def test_a_failing_job_records_why(compose_cfg, tmp_path):
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"not a trace set")
+    cfg = compose_cfg(*TINY, "logger=none", f"env.dataset={broken}")
+    with pytest.raises(Exception):
+        run_job(cfg, tmp_path / "run")
+    status = RunDirectory(tmp_path / "run").status()
+    assert status["state"] == "failed"
+    assert status["error"] and "Traceback" in status["traceback"]
+
+
+def test_multirun_writes_the_sweep_layout_and_skips_completed_jobs(tmp_path):
+    command = [
+        sys.executable, "-m", "plume.harness.train", "-m",
+        "sampler=uniform", "seed=0,1", f"paths.root={tmp_path}", "logger=none", *TINY,
+    ]
+    first = subprocess.run(command, capture_output=True, text=True, env=plume_train_env())
+    assert first.returncode == 0, first.stderr[-3000:]
+    sweep = tmp_path / "default"
+    job_dirs = sorted(p.parent for p in sweep.glob("*/seed=*/status.json"))
+    assert [p.relative_to(sweep).as_posix() for p in job_dirs] == [
+        # the dirname holds every override that changes training, seed excluded
+        f"{job_dirs[0].parent.name}/seed=0", f"{job_dirs[0].parent.name}/seed=1",
+    ]
+    assert job_dirs[0].parent.name.startswith("algo.hidden_sizes=[32,32],algo.n_steps=64")
+    assert "sampler=uniform" in job_dirs[0].parent.name
+    assert (sweep / "multirun.yaml").is_file()
+    stamps = {}
+    for job in job_dirs:
+        status = json.loads((job / "status.json").read_text())
+        assert status["state"] == "completed"
+        assert (job / "eval.parquet").is_file() and (job / "train.jsonl").is_file()
+        stamps[job] = (job / "eval.parquet").stat().st_mtime_ns
+
+    second = subprocess.run(command, capture_output=True, text=True, env=plume_train_env())
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert (second.stdout + second.stderr).count("already completed") == 2
+    for job, stamp in stamps.items():
+        assert (job / "eval.parquet").stat().st_mtime_ns == stamp
