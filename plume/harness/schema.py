@@ -25,7 +25,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class TrainSection:
-    total_steps: int = 400_000
+    total_steps: int = 1_000_000
     eval_points: int = 20
     eval_at_start: bool = True
     torch_threads: int = 1

@@ -189,7 +189,8 @@ def _train(job: JobConfig, rundir: RunDirectory, tracker) -> dict[str, Any]:
 
     def on_update(metrics: dict[str, Any]) -> bool:
         env_steps = int(metrics["env_steps"])
-        record = {k: _jsonable(v) for k, v in metrics.items()}
+        # The mean of trace indices over finished episodes means nothing: drop it.
+        record = {k: _jsonable(v) for k, v in metrics.items() if k != "charts/episode_trace"}
         record["time_s"] = round(time.time() - clock["start"], 3)
         rundir.append_train(record)
         tracker.log(record, step=env_steps)
