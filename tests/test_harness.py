@@ -123,13 +123,15 @@ def test_a_tiny_job_writes_the_whole_run_directory(compose_cfg, tmp_path):
 
 
 def test_same_seed_same_results_different_seed_different_results(compose_cfg, tmp_path):
-    finals = []
+    curves, returns = [], []
     for name, seed in [("a", 3), ("b", 3), ("c", 4)]:
         run_job(compose_cfg(*TINY, "logger=none", f"seed={seed}"), tmp_path / name)
-        evals = RunDirectory(tmp_path / name).read_table("eval.parquet")
-        finals.append(RunDirectory(tmp_path / name).read_train()["losses/value_loss"].to_numpy())
-    np.testing.assert_array_equal(finals[0], finals[1])
-    assert not np.array_equal(finals[0], finals[2])
+        run = RunDirectory(tmp_path / name)
+        curves.append(run.read_train()["losses/value_loss"].to_numpy())
+        returns.append(run.read_table("eval.parquet")["return"].to_numpy())
+    np.testing.assert_array_equal(curves[0], curves[1])
+    np.testing.assert_array_equal(returns[0], returns[1])
+    assert not np.array_equal(curves[0], curves[2])
 
 
 def test_a_failing_job_records_why(compose_cfg, tmp_path):
@@ -171,3 +173,41 @@ def test_multirun_writes_the_sweep_layout_and_skips_completed_jobs(tmp_path):
     assert (second.stdout + second.stderr).count("already completed") == 2
     for job, stamp in stamps.items():
         assert (job / "eval.parquet").stat().st_mtime_ns == stamp
+
+
+def test_an_interrupted_job_resumes_from_its_checkpoint(compose_cfg, tmp_path, monkeypatch):
+    from plume.harness import evaluation
+
+    real_evaluate = evaluation.Evaluator.evaluate
+
+    def evaluate_then_crash_at_the_end(self, policy, **columns):
+        if columns["progress"] == 1.0:
+            raise KeyboardInterrupt("simulated crash before the last evaluation")
+        return real_evaluate(self, policy, **columns)
+
+    cfg = compose_cfg(*TINY, "logger=none")
+    monkeypatch.setattr(evaluation.Evaluator, "evaluate", evaluate_then_crash_at_the_end)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(cfg, tmp_path)
+    run = RunDirectory(tmp_path)
+    assert run.status()["state"] == "failed"
+    assert run.load_checkpoint()["progress"] == 0.5
+    assert list(run.read_train()["env_steps"]) == [512, 1024, 1536, 2048]
+
+    monkeypatch.setattr(evaluation.Evaluator, "evaluate", real_evaluate)
+    run_job(cfg, tmp_path)
+    assert run.status()["state"] == "completed"
+    # The two updates after the checkpoint were redone, not appended twice.
+    assert list(run.read_train()["env_steps"]) == [512, 1024, 1536, 2048]
+    evals = run.read_table("eval.parquet")
+    assert evals.groupby("progress").size().to_dict() == {0.0: 1000, 0.5: 1000, 1.0: 1000}
+    assert run.load_checkpoint()["env_steps"] == 2048
+
+
+def test_a_checkpoint_of_another_configuration_is_not_resumed(compose_cfg, tmp_path):
+    run_job(compose_cfg(*TINY, "logger=none"), tmp_path)
+    run = RunDirectory(tmp_path)
+    run.write_status("failed", error="pretend it crashed")
+    run_job(compose_cfg(*TINY, "logger=none", "algo.learning_rate=1e-3"), tmp_path)
+    assert run.status()["state"] == "completed"
+    assert run.load_checkpoint()["agent"]["config"]["learning_rate"] == 1e-3

@@ -69,6 +69,15 @@ class RunDirectory:
         with open(self.path / TRAIN_LOG, "a") as handle:
             handle.write(json.dumps(record) + "\n")
 
+    def truncate_train_log(self, env_steps: int) -> None:
+        """Drop training records past ``env_steps`` (those a resumed job will redo)."""
+        path = self.path / TRAIN_LOG
+        if not path.is_file():
+            return
+        kept = [line for line in path.read_text().splitlines()
+                if line.strip() and json.loads(line)["env_steps"] <= env_steps]
+        _atomic_write(path, lambda tmp: tmp.write_text("".join(f"{line}\n" for line in kept)))
+
     def read_train(self) -> pd.DataFrame:
         return pd.read_json(self.path / TRAIN_LOG, lines=True)
 
@@ -87,6 +96,10 @@ class RunDirectory:
         path = self.path / CHECKPOINT
         _atomic_write(path, lambda tmp: torch.save(state, tmp))
         return path
+
+    @property
+    def has_checkpoint(self) -> bool:
+        return (self.path / CHECKPOINT).is_file()
 
     def load_checkpoint(self) -> dict[str, Any]:
         import torch

@@ -70,8 +70,14 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
     if rundir.is_completed and not job.overwrite:
         log.info("skipping %s: already completed (overwrite=true to train it again)", run_dir)
         return rundir.status().get("summary")
+    fingerprint = _fingerprint(cfg)
+    resume = None if job.overwrite else _resumable(rundir, fingerprint)
     (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    rundir.reset_train_log()
+    if resume is None:
+        rundir.reset_train_log()
+    else:
+        log.info("resuming %s from its checkpoint at %s env steps", run_dir,
+                 f"{resume['env_steps']:,}")
     started = time.time()
     rundir.write_status(
         RUNNING,
@@ -90,7 +96,7 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
     exit_code = 1
     try:
         tracker = _make_tracker(job, cfg, run_dir, choices or {})
-        summary = _train(job, rundir, tracker)
+        summary = _train(job, rundir, tracker, fingerprint, resume)
         exit_code = 0
     except BaseException as err:
         rundir.write_status(
@@ -116,7 +122,10 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
     return summary
 
 
-def _train(job: JobConfig, rundir: RunDirectory, tracker) -> dict[str, Any]:
+def _train(
+    job: JobConfig, rundir: RunDirectory, tracker, fingerprint: str,
+    resume: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     import torch
 
     from plume.agents import PPO
@@ -150,6 +159,15 @@ def _train(job: JobConfig, rundir: RunDirectory, tracker) -> dict[str, Any]:
         points.insert(0, 0.0)
     eval_frames: list[pd.DataFrame] = []
     sampler_frames: list[pd.DataFrame] = []
+    if resume is not None:
+        agent.load_state_dict(resume["agent"])
+        sampler.load_state_dict(resume["sampler"])
+        env.np_random.bit_generator.state = resume["env_rng"]
+        done = resume["progress"]
+        points = [p for p in points if p > done]
+        eval_frames = _rows_up_to(rundir, EVAL_TABLE, done)
+        sampler_frames = _rows_up_to(rundir, SAMPLER_TABLE, done)
+        rundir.truncate_train_log(resume["env_steps"])
     draws_before = sampler.draws.copy()
     clock = {"start": time.time(), "last_line": time.time()}
     latest: dict[str, float] = {}
@@ -183,6 +201,8 @@ def _train(job: JobConfig, rundir: RunDirectory, tracker) -> dict[str, Any]:
                 "env_steps": env_steps,
                 "progress": progress,
                 "seed": job.seed,
+                "env_rng": env.np_random.bit_generator.state,
+                "fingerprint": fingerprint,
             }
         )
         _progress_line(progress, env_steps, total, clock, latest, prefix="eval")
@@ -218,6 +238,40 @@ def _train(job: JobConfig, rundir: RunDirectory, tracker) -> dict[str, Any]:
     }
     tracker.summarise(summary)
     return summary
+
+
+def _fingerprint(cfg: DictConfig) -> str:
+    """Hash of everything that decides what a job trains (not where or how it logs)."""
+    import hashlib
+
+    keys = ["env", "algo", "sampler", "seed", "train.total_steps", "train.eval_points",
+            "train.eval_at_start"]
+    chosen = {key: OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(cfg, key)}),
+                                          resolve=True)["v"] for key in keys}
+    return hashlib.sha256(repr(sorted(chosen.items())).encode()).hexdigest()[:16]
+
+
+def _resumable(rundir: RunDirectory, fingerprint: str) -> dict[str, Any] | None:
+    """The checkpoint of an interrupted or failed run of the same job, if there is one.
+
+    A resumed job keeps its evaluations and training curve up to the checkpoint and continues
+    the agent, sampler and simulator-noise streams from it; episodes that were in flight
+    when it stopped are started afresh."""
+    status = rundir.status()
+    if status is None or status.get("state") == COMPLETED or not rundir.has_checkpoint:
+        return None
+    checkpoint = rundir.load_checkpoint()
+    if checkpoint.get("fingerprint") != fingerprint:
+        log.info("not resuming %s: its checkpoint belongs to another configuration", rundir.path)
+        return None
+    return checkpoint
+
+
+def _rows_up_to(rundir: RunDirectory, table: str, progress: float) -> list[pd.DataFrame]:
+    if not (rundir.path / table).is_file():
+        return []
+    frame = rundir.read_table(table)
+    return [frame[frame["progress"] <= progress]]
 
 
 def _eval_scores(frame: pd.DataFrame) -> dict[str, float]:
