@@ -1,10 +1,42 @@
 """Trace samplers: the TraceSampler contract and its implementations."""
 
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
+from plume.sampling.peers import PrioritizedLevelReplaySampler, WorstCaseSampler
+from plume.sampling.plume import (
+    ClusterUniformSampler,
+    EpsilonMixtureSampler,
+    PlumeDynamicSampler,
+    PlumeStaticSampler,
+    TraceErrorSampler,
+    TwoClassSampler,
+)
+from plume.sampling.weights import cluster_weights_hard, cluster_weights_soft
 
 SAMPLERS: dict[str, type[TraceSampler]] = {
     UniformSampler.name: UniformSampler,
+    PlumeStaticSampler.name: PlumeStaticSampler,
+    PlumeDynamicSampler.name: PlumeDynamicSampler,
+    TraceErrorSampler.name: TraceErrorSampler,
+    ClusterUniformSampler.name: ClusterUniformSampler,
+    TwoClassSampler.name: TwoClassSampler,
+    PrioritizedLevelReplaySampler.name: PrioritizedLevelReplaySampler,
+    WorstCaseSampler.name: WorstCaseSampler,
 }
 """Samplers selectable by name from a config (``sampler.name``)."""
 
-__all__ = ["SAMPLERS", "SequentialSampler", "TraceSampler", "UniformSampler"]
+__all__ = [
+    "SAMPLERS",
+    "ClusterUniformSampler",
+    "EpsilonMixtureSampler",
+    "PlumeDynamicSampler",
+    "PlumeStaticSampler",
+    "PrioritizedLevelReplaySampler",
+    "SequentialSampler",
+    "TraceErrorSampler",
+    "TraceSampler",
+    "TwoClassSampler",
+    "UniformSampler",
+    "WorstCaseSampler",
+    "cluster_weights_hard",
+    "cluster_weights_soft",
+]

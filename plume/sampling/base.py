@@ -23,6 +23,8 @@ class TraceSampler(ABC):
     """
 
     name: str = "base"
+    inputs: tuple[str, ...] = ()
+    """Per-trace arrays the constructor needs after ``rng`` (e.g. ``memberships``)."""
 
     def __init__(self, n_traces: int, rng: np.random.Generator) -> None:
         if int(n_traces) < 1:

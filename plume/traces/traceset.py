@@ -140,6 +140,11 @@ class TraceSet:
             digest.update(np.ascontiguousarray(self.extras[key]).tobytes())
         return digest.hexdigest()
 
+    def mean_bandwidth(self) -> np.ndarray:
+        """(n,) mean throughput of each trace over its valid samples."""
+        valid = np.arange(self.time.shape[1])[None, :] < self.lengths[:, None]
+        return np.where(valid, self.bandwidth, 0.0).sum(axis=1) / self.lengths
+
     def subset(self, indices: np.ndarray | list[int], name: str | None = None) -> "TraceSet":
         """A new TraceSet with the given traces, in the given order."""
         idx = np.asarray(indices, dtype=np.int64)
