@@ -2,8 +2,8 @@
 
     python benchmarks/bench_ppo.py [--updates 5] [--envs 16 64]
 
-For each number of copies N (n_steps=128, the TraceBench network: hidden (256, 256), ELU;
-other PPOConfig fields at their defaults: 4 epochs x 4 minibatches) it prints:
+For each number of copies N, with the harness default PPO config (conf/algo/ppo.yaml: the
+TraceBench network, hidden (256, 256) ELU, n_steps 128, 4 epochs x 16 minibatches), it prints:
 
 - env-only: a plain loop stepping ``TraceBenchVecEnv`` with random actions (same process,
   same thread), i.e. the ceiling set by the simulator;
@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from plume.agents import PPO, PPOConfig
 from plume.envs.tracebench import TraceBenchVecEnv
 from plume.traces.tracebench import load_tracebench
 
 TARGET_STEPS_PER_S = 10_000
+CONF_ALGO = Path(__file__).resolve().parents[1] / "conf" / "algo" / "ppo.yaml"
 
 
 def env_only(traces, n_envs: int, n_steps: int) -> float:
@@ -42,10 +45,17 @@ def env_only(traces, n_envs: int, n_steps: int) -> float:
     return n_steps * n_envs / (time.perf_counter() - start)
 
 
+def default_config() -> PPOConfig:
+    """The harness default (conf/algo/ppo.yaml): what `plume-train` trains with."""
+    values = OmegaConf.to_container(OmegaConf.load(CONF_ALGO))
+    values.pop("name")
+    return PPOConfig(**values)
+
+
 def ppo(traces, n_envs: int, n_updates: int) -> dict[str, float]:
     """Steps/s of ``learn`` over ``n_updates`` updates after one warm-up update."""
     env = TraceBenchVecEnv(traces, n_envs=n_envs, mode="train", seed=0)
-    config = PPOConfig(n_steps=128, hidden_sizes=(256, 256), activation="elu")
+    config = default_config()
     agent = PPO(env, config, seed=0)
     log: list[dict] = []
     start = [0.0]
@@ -82,7 +92,11 @@ def main() -> None:
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
         f"dataset majority_fast/train ({len(traces)} traces)"
     )
-    print("PPO: n_steps=128, hidden (256, 256) elu, 4 epochs x 4 minibatches")
+    c = default_config()
+    print(
+        f"PPO (conf/algo/ppo.yaml): n_steps={c.n_steps}, hidden {c.hidden_sizes} {c.activation}, "
+        f"{c.n_epochs} epochs x {c.n_minibatches} minibatches"
+    )
     header = (
         f"{'N':>4} {'batch':>6} {'env-only/s':>11} {'PPO/s':>9} {'ratio':>6} "
         f"{'rollout s':>10} {'update s':>9} {'rollout %':>9} {'rollout/s':>10}"

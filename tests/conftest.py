@@ -48,6 +48,20 @@ def compose_cfg():
     GlobalHydra.instance().clear()
 
 
+@pytest.fixture
+def compose_cfg_analyze():
+    """compose_cfg_analyze(*overrides) -> the config of plume-analyze."""
+    import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
+
+    def _compose(*overrides: str):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose("analyze", overrides=list(overrides))
+
+    yield _compose
+    GlobalHydra.instance().clear()
+
+
 def conf_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 

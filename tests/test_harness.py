@@ -23,7 +23,7 @@ from tests.conftest import TINY, conf_options, plume_train_env
 
 
 @pytest.mark.parametrize(
-    "group", ["env", "algo", "sampler", "logger", "paths"],
+    "group", ["env", "algo", "sampler", "analysis", "logger", "paths"],
 )
 def test_every_option_of_every_group_composes_and_validates(compose_cfg, group):
     options = conf_options(group)
@@ -52,7 +52,7 @@ def test_unknown_sampler_group_option_lists_the_valid_ones(compose_cfg):
 @pytest.mark.parametrize(
     "override, expected",
     [
-        ("sampler.name=nosuchsampler", "valid choices: uniform"),
+        ("sampler.name=nosuchsampler", "valid choices: cluster_uniform, plr, plume_dynamic"),
         ("train.total_steps=-5", "train.total_steps must be a positive step budget, got -5"),
         ("train.total_steps=abc", "train.total_steps"),
         ("env.dataset=majority_medium", "majority_fast, balanced, majority_slow"),

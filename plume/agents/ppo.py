@@ -286,7 +286,9 @@ class PPO:
     """PPO on a Gymnasium vector environment (see the module docstring for the contract).
 
     Attributes: ``env``, ``config``, ``policy`` (:class:`ActorCritic`), ``optimizer`` (Adam,
-    eps 1e-5), ``env_steps``, ``updates``, ``batch_size`` (= ``n_steps * num_envs``).
+    eps 1e-5), ``env_steps``, ``updates``, ``batch_size`` (= ``n_steps * num_envs``),
+    ``last_rollout`` (the latest :class:`Rollout`, valid until the next one is collected; its
+    advantages feed learner-statistics consumers such as PLR's value-L1 score).
     """
 
     def __init__(
@@ -333,6 +335,7 @@ class PPO:
 
         self.env_steps = 0
         self.updates = 0
+        self.last_rollout: Rollout | None = None
 
         # Preallocated rollout buffers (n_steps, num_envs, ...).
         T, N = config.n_steps, self.num_envs
@@ -379,6 +382,7 @@ class PPO:
 
             t0 = time.perf_counter()
             rollout = self.collect_rollout()
+            self.last_rollout = rollout  # read by learner-statistics consumers (e.g. PLR)
             t1 = time.perf_counter()
             losses = self.update(rollout, learning_rate, ent_coef)
             t2 = time.perf_counter()

@@ -55,6 +55,7 @@ class LoggerSection:
 @dataclass
 class PathsSection:
     root: str = "runs"
+    cache: str = "runs/.cache/analysis"
 
 
 @dataclass
@@ -70,6 +71,7 @@ class JobConfig:
     algo: PPOConfig
     sampler_name: str
     sampler_params: dict[str, Any]
+    analysis: Any  # plume.analysis.AnalysisSettings
     logger: LoggerSection
     paths: PathsSection
 
@@ -139,9 +141,11 @@ def validate(cfg: DictConfig) -> JobConfig:
 
     sampler_node = OmegaConf.to_container(cfg.get("sampler"), resolve=True)
     sampler_name = _choice("sampler.name", str(sampler_node.pop("name", None)), tuple(SAMPLERS))
+    from plume.harness.samplers import DATA_INPUTS
+
     accepted = [
         p for p in inspect.signature(SAMPLERS[sampler_name].__init__).parameters
-        if p not in ("self", "n_traces", "rng")
+        if p not in ("self", "n_traces", "rng", *DATA_INPUTS)
     ]
     unknown = sorted(set(sampler_node) - set(accepted))
     if unknown:
@@ -149,6 +153,8 @@ def validate(cfg: DictConfig) -> JobConfig:
             f"sampler '{sampler_name}' has no parameter(s) {', '.join(unknown)}; "
             f"it accepts: {', '.join(accepted) or 'none'}"
         )
+
+    analysis = analysis_settings(cfg.get("analysis"))
 
     logger = _typed("logger", LoggerSection, cfg.get("logger"))
     _choice("logger", logger.name, LOGGERS)
@@ -170,6 +176,36 @@ def validate(cfg: DictConfig) -> JobConfig:
         algo=algo,
         sampler_name=sampler_name,
         sampler_params=sampler_node,
+        analysis=analysis,
         logger=logger,
         paths=paths,
     )
+
+
+def analysis_settings(node: Any):
+    """The ``analysis`` section as ``plume.analysis.AnalysisSettings``, checked by its own
+    constructor (its Literal-typed fields are beyond OmegaConf's structured configs)."""
+    from plume.analysis import AnalysisSettings, SelectionSettings
+
+    if node is None:
+        raise ConfigError("config section 'analysis' is missing")
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    values = dict(values)
+    selection = _construct("analysis.selection", SelectionSettings, values.pop("selection", {}))
+    if isinstance(values.get("k_range"), list):
+        values["k_range"] = tuple(values["k_range"])
+    return _construct("analysis", AnalysisSettings, {**values, "selection": selection})
+
+
+def _construct(section: str, cls: type, values: dict[str, Any]) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(f'{section}.{k}' for k in unknown)}; "
+            f"valid keys of '{section}': {', '.join(sorted(known))}"
+        )
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{section}: {err}") from None

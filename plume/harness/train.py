@@ -130,7 +130,9 @@ def _train(
 
     from plume.agents import PPO
     from plume.envs import TraceBenchVecEnv
-    from plume.sampling import SAMPLERS
+    from plume.harness.samplers import (
+        LearnerStatsBridge, build_sampler, needs_analysis, run_analysis,
+    )
 
     streams = spawn_streams(job.seed)
     torch.set_num_threads(job.train.torch_threads)
@@ -138,14 +140,24 @@ def _train(
     test_sets = {
         Path(name).stem: load_dataset(job.env.name, name, "test") for name in job.env.test_sets
     }
-    sampler = SAMPLERS[job.sampler_name](
-        len(train_traces), np.random.default_rng(streams["sampler"]), **job.sampler_params
+    analysis = None
+    if needs_analysis(job.sampler_name):
+        analysis = run_analysis(train_traces, job.analysis, job.paths.cache)
+    sampler = build_sampler(
+        job.sampler_name, job.sampler_params, train_traces,
+        np.random.default_rng(streams["sampler"]), analysis,
+    )
+    bridge = (
+        LearnerStatsBridge(sampler, job.env.n_envs)
+        if getattr(sampler, "wants_learner_stats", False) else None
     )
     reward = {"quality_weight": job.env.quality_weight, "rebuf_weight": job.env.rebuf_weight}
     env = TraceBenchVecEnv(
-        train_traces, job.env.n_envs, sampler, mode="train", seed=streams["env"], **reward
+        train_traces, job.env.n_envs, sampler if bridge is None else bridge.stand_in,
+        mode="train", seed=streams["env"], **reward,
     )
-    agent = PPO(env, job.algo, seed=torch_seed(streams["torch"]))
+    agent = PPO(env if bridge is None else bridge.wrap(env), job.algo,
+                seed=torch_seed(streams["torch"]))
     evaluator = Evaluator(test_sets, **reward)
     log.info(
         "training %s on %s (%d traces) with sampler=%s, %s env steps, seed %d -> %s",
@@ -207,13 +219,26 @@ def _train(
         )
         _progress_line(progress, env_steps, total, clock, latest, prefix="eval")
 
+    logged_recomputes = len(_recomputes(sampler))
+
     def on_update(metrics: dict[str, Any]) -> bool:
+        nonlocal logged_recomputes
         env_steps = int(metrics["env_steps"])
+        if bridge is not None:
+            rollout = agent.last_rollout
+            bridge.flush(rollout.advantages.reshape(len(rollout.rewards), -1).cpu().numpy())
         # The mean of trace indices over finished episodes means nothing: drop it.
         record = {k: _jsonable(v) for k, v in metrics.items() if k != "charts/episode_trace"}
         record["time_s"] = round(time.time() - clock["start"], 3)
         rundir.append_train(record)
         tracker.log(record, step=env_steps)
+        recomputed = _new_recomputes(sampler, logged_recomputes, env_steps, env_steps / total)
+        logged_recomputes = len(_recomputes(sampler))
+        if not recomputed.empty:
+            sampler_frames.append(recomputed)
+            rundir.write_table(SAMPLER_TABLE, pd.concat(sampler_frames, ignore_index=True))
+            tracker.log({f"sampler/cluster_weight/{r.group}": r.weight
+                         for r in recomputed.itertuples()}, step=env_steps)
         if np.isfinite(record.get("charts/episodic_return", np.nan)):
             latest["train/return"] = record["charts/episodic_return"]
         while points and env_steps >= points[0] * total:
@@ -238,6 +263,34 @@ def _train(
     }
     tracker.summarise(summary)
     return summary
+
+
+def _recomputes(sampler) -> list:
+    """Plume-Dynamic's ``history`` of ``(draws, cluster weights)``; [] for other samplers."""
+    return getattr(sampler, "history", None) or []
+
+
+def _new_recomputes(sampler, logged: int, env_steps: int, progress: float) -> pd.DataFrame:
+    """Rows for the cluster weights the sampler recomputed after the first ``logged`` ones."""
+    history = _recomputes(sampler)
+    if len(history) <= logged:
+        return pd.DataFrame()
+    sizes = np.bincount(sampler.clusters) if sampler.clusters is not None else None
+    rows = [
+        {
+            "grouping": "cluster_weight",
+            "group": str(k),
+            "weight": float(w),
+            "draw_share": np.nan,
+            "n_traces": int(sizes[k]) if sizes is not None else -1,
+            "progress": progress,
+            "env_steps": env_steps,
+            "sampler_draws": int(draws),
+        }
+        for draws, weights in history[logged:]
+        for k, w in enumerate(weights)
+    ]
+    return pd.DataFrame(rows)
 
 
 def _fingerprint(cfg: DictConfig) -> str:

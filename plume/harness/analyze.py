@@ -1,0 +1,79 @@
+"""``plume-analyze``: Plume stages 1-2 on one dataset split, printed and drawn.
+
+    plume-analyze env.dataset=majority_fast
+    plume-analyze env.dataset=balanced analysis=kmeans
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from plume.harness.datasets import check_dataset, load_dataset
+from plume.harness.schema import ConfigError, analysis_settings
+from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="analyze")
+def main(cfg: DictConfig) -> None:
+    out = Path(HydraConfig.get().runtime.output_dir)
+    print(report(cfg, out))
+
+
+def report(cfg: DictConfig, out: Path) -> str:
+    """Run (or load from cache) the analysis of ``cfg``; write figure + summary into ``out``."""
+    from plume.analysis import adjusted_rand_index, analyze, contingency_table
+    from plume.report.figures import cluster_scatter
+
+    if cfg.split not in ("train", "test"):
+        raise ConfigError(f"split must be 'train' or 'test', got {cfg.split!r}")
+    check_dataset(cfg.env.name, cfg.env.dataset, cfg.env.get("trace_format"), key="env.dataset")
+    settings = analysis_settings(cfg.analysis)
+    traces = load_dataset(cfg.env.name, cfg.env.dataset, cfg.split)
+    result = analyze(traces, settings, cache_dir=Path(cfg.paths.cache))
+
+    lines = [
+        f"dataset {traces.name}: {len(traces)} traces, content hash {traces.content_hash[:16]}",
+        f"candidate features: {result.features.shape[1]}; kept {len(result.kept)}"
+        + ("" if settings.select else " (no selection: ablation)"),
+    ]
+    for rank, name in enumerate(result.top_features, 1):
+        lines.append(f"  {rank:2d}. {name:<70} importance {result.importances[name]:.3f}")
+    lines.append(f"clustering: {settings.method}, k = {result.k}"
+                 + (" (fixed)" if settings.fixed_k else "")
+                 + (", RANDOM labels (ablation)" if settings.random_labels else ""))
+    if result.silhouettes:
+        lines.append("silhouette per k (* chosen; x: smallest cluster <= "
+                     f"{settings.min_cluster_fraction:.2%} of traces, not eligible):")
+        for k, score in sorted(result.silhouettes.items()):
+            raw = result.raw_silhouettes.get(k, score)
+            mark = "*" if k == result.k else ("x" if score != raw else " ")
+            lines.append(f"  k={k}: {raw:.4f} {mark}")
+    lines.append("cluster sizes: " + ", ".join(
+        f"{c}: {int(n)}" for c, n in enumerate(result.cluster_sizes)
+    ))
+    summary = {
+        "dataset": traces.name, "k": result.k, "kept": result.kept,
+        "silhouettes": {str(k): v for k, v in result.silhouettes.items()},
+        "cluster_sizes": [int(n) for n in result.cluster_sizes],
+    }
+    if result.true_labels is not None:
+        ari = adjusted_rand_index(result)
+        summary["adjusted_rand_index"] = ari
+        lines.append("ground-truth kinds x clusters:")
+        lines.extend("  " + row for row in contingency_table(result).to_string().splitlines())
+        lines.append(f"adjusted Rand index vs ground truth: {ari:.4f}")
+    timing = ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items())
+    lines.append("from cache" if result.from_cache else f"timings: {timing}")
+    figure = cluster_scatter(result, out / "clusters")
+    (out / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n")
+    lines.append(f"figure: {figure[0]} (+ .pdf); summary: {out / 'analysis.json'}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Reports: tables, statistics and figures from run directories and analyses."""
