@@ -133,3 +133,12 @@ def test_plume_analyze_reports_clusters_against_ground_truth(compose_cfg_analyze
     assert (tmp_path / "out" / "clusters.png").stat().st_size > 10_000
     assert (tmp_path / "out" / "clusters.pdf").is_file()
     assert '"k": 4' in (tmp_path / "out" / "analysis.json").read_text()
+
+
+def test_a_sampler_given_bad_input_fails_clearly_before_training(compose_cfg, tmp_path):
+    cfg = compose_cfg(*_tiny(tmp_path, "sampler=plume_dynamic", "sampler.alpha=1.5"))
+    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 1.5"):
+        run_job(cfg, tmp_path / "run")
+    run = RunDirectory(tmp_path / "run")
+    assert run.status()["state"] == "failed" and "alpha" in run.status()["error"]
+    assert not (tmp_path / "run" / "train.jsonl").exists()  # no update ran
