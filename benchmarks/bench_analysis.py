@@ -27,26 +27,16 @@ from __future__ import annotations
 
 import os
 
-for _var in (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-):
-    os.environ[_var] = "1"
+import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
 import argparse
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run without installing
 
 _import_start = time.perf_counter()
 import sklearn

@@ -25,26 +25,16 @@ from __future__ import annotations
 
 import os
 
-for _var in (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-):
-    os.environ[_var] = "1"
+import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
 import argparse
 import math
 import statistics
-import sys
 import time
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run without installing
 
 from plume.envs import TraceBenchVecEnv, transform_reward
 from plume.traces import BITRATES, load_tracebench

@@ -16,6 +16,8 @@ Target: >= 10,000 PPO env steps/s at N = 64.
 
 from __future__ import annotations
 
+import single_thread  # noqa: F401  (one thread; must precede numpy)
+
 import argparse
 import time
 from pathlib import Path

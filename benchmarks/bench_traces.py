@@ -18,24 +18,14 @@ from __future__ import annotations
 
 import os
 
-for _var in (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-):
-    os.environ[_var] = "1"
+import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run without installing
 
 from plume.traces import tracebench as tb
 

@@ -1,0 +1,17 @@
+"""Import first in every benchmark: one BLAS/OpenMP thread (set before numpy loads) and the
+repository root on sys.path, so a benchmark runs from a checkout without installing."""
+
+import os
+import sys
+from pathlib import Path
+
+for _var in (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+):
+    os.environ[_var] = "1"
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
