@@ -297,7 +297,7 @@ def _fingerprint(cfg: DictConfig) -> str:
     """Hash of everything that decides what a job trains (not where or how it logs)."""
     import hashlib
 
-    keys = ["env", "algo", "sampler", "seed", "train.total_steps", "train.eval_points",
+    keys = ["env", "algo", "sampler", "analysis", "seed", "train.total_steps", "train.eval_points",
             "train.eval_at_start"]
     chosen = {key: OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(cfg, key)}),
                                           resolve=True)["v"] for key in keys}
