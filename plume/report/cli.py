@@ -1,0 +1,413 @@
+"""``plume-report``: scan run directories, pool them with rliable, write a report.
+
+    plume-report runs/quickstart --out reports/quickstart
+    plume-report runs/a runs/b/seed=3 --out reports/ab --group-by config_key --seeds refuse
+    plume-report runs/fig9 --out reports/fig9 --paper      # 50000 bootstrap reps for aggregates
+
+Writes into ``--out``:
+
+* ``report.md``: what was pooled (runs per cell, normalisation, seeds dropped and why), the
+  failed and unfinished runs (listed, never pooled), the answer per sampler and task
+  ("X beats uniform on <task>: PoI p [lo, hi]; the CI excludes 0.5"), tables, figure links;
+* ``tables/<name>.csv`` (full precision), ``.md`` and ``.tex`` (booktabs);
+* ``figures/<name>.png`` and ``.pdf``.
+
+The Python API is ``build_report(paths, out, **options) -> ReportResult``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from plume.report.runs import RunInventory, RunScanError, load_scores, scan_runs
+from plume.report.stats import (
+    DEFAULT_REPS,
+    METRICS,
+    PAPER_AGGREGATE_REPS,
+    Analysis,
+    Normalisation,
+    ReportStatsError,
+    analyse,
+)
+
+ReportError = (RunScanError, ReportStatsError)
+
+
+@dataclass
+class ReportResult:
+    """What ``build_report`` wrote and computed."""
+
+    out: Path
+    report: Path                                  # report.md
+    inventory: RunInventory
+    analysis: Analysis
+    tables: dict[str, pd.DataFrame]               # raw numbers, as in tables/<name>.csv
+    table_files: dict[str, list[Path]]            # name -> [csv, md, tex]
+    figures: dict[str, list[Path]] = field(default_factory=dict)  # name -> [png, pdf]
+    answers: list[str] = field(default_factory=list)
+    summary: str = ""
+
+    @property
+    def poi(self) -> pd.DataFrame:
+        """Probability of improvement over the baseline (algorithm, scope, poi, lo, hi, ...)."""
+        return self.analysis.poi
+
+    @property
+    def ranking(self) -> list[str]:
+        """Algorithms by final IQM, best first."""
+        return list(self.analysis.algorithms)
+
+
+def build_report(
+    paths: str | Path | Sequence[str | Path],
+    out: str | Path,
+    *,
+    group_by: str | Sequence[str] = "sampler",
+    baseline: str | None = "uniform",
+    seeds: str = "trim",
+    reps: int | None = None,
+    seed: int = 0,
+    paper: bool = False,
+    figures: bool = True,
+    normalisations: Mapping[str, Normalisation] | None = None,
+) -> ReportResult:
+    """Scan ``paths`` (sweep roots and/or run directories), pool the completed runs and write
+    ``report.md``, ``tables/`` and ``figures/`` under ``out``.
+
+    ``group_by``: what an "algorithm" is (``sampler``, ``config_key``, or several columns);
+    ``baseline``: the sampler others are compared with (None: no probability of improvement);
+    ``seeds``: ``trim`` or ``refuse`` unequal seeds; ``reps``: bootstrap repetitions (default
+    2000); ``paper``: 50000 repetitions for the aggregate interval estimates; ``seed``: the
+    bootstrap seed (same inputs and options -> identical tables).
+    Raises ``RunScanError``/``ReportStatsError`` (both ``ValueError``) with a message that
+    says what is wrong: no run directory, no completed run, baseline absent, seeds differ."""
+    out = Path(out)
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    inventory = scan_runs(paths)
+    if inventory.completed.empty:
+        raise ReportStatsError(
+            f"no completed runs among the {len(inventory)} run directories found under "
+            + ", ".join(map(str, paths)) + f" (states: {inventory.counts()})"
+            + _excluded_text(inventory.excluded))
+    reps = DEFAULT_REPS if reps is None else int(reps)
+    analysis = analyse(
+        load_scores(inventory), group_by=group_by, baseline=baseline, seeds=seeds, reps=reps,
+        aggregate_reps=PAPER_AGGREGATE_REPS if paper else reps, seed=seed,
+        normalisations=normalisations, inventory=inventory.runs,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    tables = _tables(inventory, analysis)
+    table_files = {name: write_table(frame, out / "tables" / name, display=_display(name, frame))
+                   for name, frame in tables.items()}
+    figure_files: dict[str, list[Path]] = {}
+    if figures:
+        from plume.report.plots import all_figures
+
+        figure_files = all_figures(analysis, out / "figures")
+    answers = analysis.answers()
+    report = out / "report.md"
+    report.write_text(_report_markdown(paths, inventory, analysis, tables, table_files,
+                                       figure_files, out, paper))
+    summary = _summary(inventory, analysis, answers, report)
+    return ReportResult(out, report, inventory, analysis, tables, table_files, figure_files,
+                        answers, summary)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _tables(inventory: RunInventory, analysis: Analysis) -> dict[str, pd.DataFrame]:
+    runs = inventory.runs[["state", "exp_name", "env", "dataset", "algo", "sampler", "seed",
+                           "config_key", "elapsed", "error", "run_dir"]].copy()
+    runs["error"] = runs["error"].map(lambda e: _clip(e) if isinstance(e, str) else "")
+    tables = {
+        "aggregates": analysis.aggregates,
+        "probability_of_improvement": analysis.poi,
+        "cells": analysis.cells,
+        "task_scores": analysis.task_scores,
+        "breakdowns": analysis.breakdowns,
+        "sample_efficiency": analysis.curves,
+        "profiles": analysis.profiles,
+        "runs": runs,
+    }
+    return {name: frame for name, frame in tables.items() if not frame.empty}
+
+
+def _ci(frame: pd.DataFrame, point: str, lo: str, hi: str) -> pd.Series:
+    return pd.Series([f"{p:.3f} [{a:.3f}, {b:.3f}]" for p, a, b in
+                      zip(frame[point], frame[lo], frame[hi])], index=frame.index, dtype=object)
+
+
+def _display(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The human-readable form of a table (estimates with their CIs in one cell)."""
+    if name == "aggregates":
+        shown = frame[["rank", "algorithm", "n_runs", "n_tasks"]].copy()
+        for metric in METRICS:
+            shown[metric.replace("_", " ")] = _ci(frame, metric, f"{metric}_lo", f"{metric}_hi")
+        return shown
+    if name == "probability_of_improvement":
+        shown = frame[["algorithm", "baseline", "scope", "n_runs", "n_runs_baseline"]].copy()
+        shown["P(X > baseline) [95% CI]"] = _ci(frame, "poi", "lo", "hi")
+        shown["CI excludes 0.5"] = frame["ci_excludes_half"].map({True: "yes", False: "no"})
+        shown["verdict"] = frame["verdict"]
+        return shown
+    if name == "breakdowns":
+        shown = frame[["grouping", "group", "algorithm", "n_runs", "n_tasks", "n_traces"]].copy()
+        shown["IQM [95% CI]"] = _ci(frame, "IQM", "IQM_lo", "IQM_hi")
+        shown["mean [95% CI]"] = _ci(frame, "mean", "mean_lo", "mean_hi")
+        return shown
+    if name == "sample_efficiency":
+        shown = frame[["scope", "algorithm", "progress", "n_runs"]].copy()
+        shown["progress"] = [f"{p:.0%}" for p in frame["progress"]]
+        shown["IQM [95% CI]"] = _ci(frame, "IQM", "lo", "hi")
+        return shown
+    if name == "profiles":  # 101 thresholds per algorithm: every 10th in the md/tex form
+        taus = sorted(frame["tau"].unique())[::10]
+        shown = frame[frame["tau"].isin(taus)].copy()
+        shown["fraction [95% CI]"] = _ci(shown, "fraction", "lo", "hi")
+        return shown[["algorithm", "tau", "fraction [95% CI]"]]
+    return frame
+
+
+def _format_cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return ""
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def to_markdown(frame: pd.DataFrame) -> str:
+    """A GitHub pipe table (floats with 3 decimals; no tabulate needed)."""
+    def cell(v: Any) -> str:
+        return _format_cell(v).replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(frame[c]) else "---"
+                          for c in frame.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *rows]) + "\n"
+
+
+_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+          "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+          "<": r"\textless{}", ">": r"\textgreater{}"}
+
+
+def _latex_escape(text: str) -> str:
+    parts = text.split("->")
+    return r"$\rightarrow$".join("".join(_LATEX.get(ch, ch) for ch in part) for part in parts)
+
+
+def to_latex(frame: pd.DataFrame, caption: str | None = None) -> str:
+    """A booktabs ``tabular`` (needs ``\\usepackage{booktabs}``)."""
+    align = "".join("r" if pd.api.types.is_numeric_dtype(frame[c]) else "l" for c in frame.columns)
+    lines = ["% written by plume-report; needs \\usepackage{booktabs}"]
+    if caption:
+        lines.append(f"% {caption}")
+    lines += [f"\\begin{{tabular}}{{{align}}}", r"\toprule",
+              " & ".join(_latex_escape(str(c)) for c in frame.columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(_latex_escape(_format_cell(v)) for v in row) + r" \\"
+              for row in frame.itertuples(index=False)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(frame: pd.DataFrame, stem: str | Path,
+                display: pd.DataFrame | None = None) -> list[Path]:
+    """``stem``.csv (raw numbers, full precision), ``stem``.md and ``stem``.tex (``display``,
+    the readable form, when given)."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    shown = frame if display is None else display
+    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
+    frame.to_csv(paths[0], index=False, lineterminator="\n")
+    paths[1].write_text(to_markdown(shown))
+    paths[2].write_text(to_latex(shown, caption=stem.name))
+    return paths
+
+
+# --------------------------------------------------------------------------- report.md
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _excluded_text(excluded: pd.DataFrame) -> str:
+    if excluded.empty:
+        return ""
+    lines = [f"\n  {r.state}: {r.run_dir}" + (f" ({_clip(r.error)})" if isinstance(r.error, str)
+                                              and r.error else "")
+             for r in excluded.itertuples()]
+    return "".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
+
+
+def _rel(path: Path, out: Path) -> str:
+    return path.relative_to(out).as_posix()
+
+
+def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
+                     tables: dict[str, pd.DataFrame], table_files: dict[str, list[Path]],
+                     figures: dict[str, list[Path]], out: Path, paper: bool) -> str:
+    a = analysis
+    counts = inventory.counts()
+    n_pooled = sum(len(v) for v in a.run_dirs.values())
+    excluded = inventory.excluded
+    lines = [
+        "# Plume report",
+        "",
+        f"Pooled **{n_pooled} completed runs** ({len(a.algorithms)} {a.group_label} value(s) x "
+        f"{a.n_runs} seed(s) x {len(a.tasks)} task(s)) out of {len(inventory)} run "
+        f"directories found under " + ", ".join(f"`{p}`" for p in paths) + ". "
+        + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".",
+        "",
+        f"Grouping: `{a.group_label}`; baseline: `{a.baseline}`; seeds: {a.runs_text()} "
+        f"(seeds {', '.join(map(str, a.seeds))}); final scores at progress "
+        f"{a.final_progress:.0%}; 95% percentile stratified bootstrap CIs (rliable), "
+        f"{a.reps['aggregates']} reps for aggregates, {a.reps['poi']} for probability of "
+        f"improvement, profiles and curves; bootstrap seed {a.seed}"
+        + (" (--paper)" if paper else "") + ".",
+        "",
+        "## Answer",
+        "",
+    ]
+    if a.poi.empty:
+        lines.append(f"No probability of improvement: baseline `{a.baseline}` "
+                     + ("not set." if a.baseline is None else "is the only algorithm pooled."))
+    lines += [f"- {sentence}" for sentence in a.answers()]
+    best = a.aggregates.iloc[0]
+    lines += [
+        "",
+        ("Ranking by final IQM (point estimates; see the CIs below): " + a.ranking_text()
+         + f" (first: {best['algorithm']}, IQM {best['IQM']:.3f} "
+         f"[{best['IQM_lo']:.3f}, {best['IQM_hi']:.3f}])."),
+        "",
+        "## Aggregate scores (final, normalised)",
+        "",
+        to_markdown(_display("aggregates", a.aggregates)),
+        "## What was pooled",
+        "",
+        ("Tasks (test traces are averaged within each run and task first, so runs are the "
+         "replication unit):"),
+        "",
+    ]
+    for row in a.task_info.itertuples():
+        lines.append(f"- `{row.task}`: env `{row.env}`, trained on `{row.dataset}`, "
+                     f"tested on `{row.test_set}`")
+    lines += ["", "Normalisation:", ""]
+    lines += [f"- {norm.text(env)}" for env, norm in a.normalisations.items()]
+    lines += ["", "Runs per cell (found / used):", "", to_markdown(a.cells)]
+    if a.notes:
+        lines += ["Notes:", ""] + [f"- {note}" for note in a.notes] + [""]
+    lines += ["## Failed and unfinished runs (listed, not pooled)", ""]
+    if excluded.empty:
+        lines += ["None.", ""]
+    else:
+        shown = excluded[["state", "sampler", "seed", "config_key", "error", "run_dir"]].copy()
+        shown["error"] = shown["error"].map(lambda e: _clip(e) if isinstance(e, str) else "")
+        lines += [to_markdown(shown)]
+    lines += ["## Probability of improvement", ""]
+    if a.poi.empty:
+        lines += ["None computed.", ""]
+    else:
+        lines += [to_markdown(_display("probability_of_improvement", a.poi))]
+    lines += ["## Scores per task, kind and cluster (mean over runs, no bootstrap)", "",
+              to_markdown(a.task_scores)]
+    if not a.breakdowns.empty:
+        lines += ["## Per kind / per cluster (IQM and mean with 95% CIs)", "",
+                  "Tasks are the test sets that hold the kind (or cluster).", "",
+                  to_markdown(_display("breakdowns", a.breakdowns))]
+    lines += ["## Sample efficiency (IQM over all tasks)", ""]
+    curve = a.curves[a.curves["n_tasks"] == len(a.tasks)]
+    pivot = curve.pivot(index="progress", columns="algorithm", values="IQM")[a.algorithms]
+    pivot.index = [f"{p:.0%}" for p in pivot.index]
+    lines += [to_markdown(pivot.reset_index(names="progress"))]
+    lines += ["## Figures", ""]
+    if not figures:
+        lines += ["Not drawn (figures=False).", ""]
+    for name, files in figures.items():
+        png = next(p for p in files if p.suffix == ".png")
+        pdf = next((p for p in files if p.suffix == ".pdf"), None)
+        lines.append(f"- {name.replace('_', ' ')}: [{_rel(png, out)}]({_rel(png, out)})"
+                     + (f" ([pdf]({_rel(pdf, out)}))" if pdf else ""))
+    lines += ["", "## Tables", ""]
+    for name, files in table_files.items():
+        lines.append(f"- {name}: " + ", ".join(f"[{p.suffix[1:]}]({_rel(p, out)})"
+                                               for p in files))
+    return "\n".join(lines) + "\n"
+
+
+def _summary(inventory: RunInventory, analysis: Analysis, answers: list[str],
+             report: Path) -> str:
+    excluded = inventory.excluded
+    lines = [
+        (f"pooled {sum(len(v) for v in analysis.run_dirs.values())} completed runs "
+         f"({analysis.runs_text()}, {len(analysis.tasks)} task(s)); "
+         f"{len(excluded)} failed/unfinished run(s) listed, not pooled"),
+        "ranking by final IQM: " + analysis.ranking_text(),
+        *answers[: 2 * max(1, len(analysis.algorithms))],
+        *[f"note: {n}" for n in analysis.notes],
+        f"report: {report}",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="plume-report",
+        description="Pool Plume run directories with rliable: report.md, tables, figures.")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="sweep roots and/or run directories (folders with status.json)")
+    parser.add_argument("--out", required=True, help="output folder for the report")
+    parser.add_argument("--group-by", default="sampler",
+                        help="what an algorithm is: sampler (default), config_key, or "
+                             "comma-separated columns such as algo,sampler")
+    parser.add_argument("--baseline", default="uniform",
+                        help="sampler compared against (default uniform; 'none' to skip)")
+    parser.add_argument("--seeds", choices=["trim", "refuse"], default="trim",
+                        help="unequal seeds: keep the common ones (trim, default) or stop")
+    parser.add_argument("--reps", type=int, default=None,
+                        help=f"bootstrap repetitions (default {DEFAULT_REPS})")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--paper", action="store_true",
+                        help=f"{PAPER_AGGREGATE_REPS} repetitions for the aggregate estimates")
+    parser.add_argument("--no-figures", action="store_true", help="tables and report.md only")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    group_by = [g.strip() for g in args.group_by.split(",") if g.strip()]
+    baseline = None if args.baseline.lower() in ("none", "") else args.baseline
+    try:
+        result = build_report(
+            args.paths, args.out, group_by=group_by[0] if len(group_by) == 1 else group_by,
+            baseline=baseline, seeds=args.seeds, reps=args.reps, seed=args.seed,
+            paper=args.paper, figures=not args.no_figures)
+    except ReportError as err:
+        print(f"plume-report: error: {err}", file=sys.stderr)
+        return 2
+    print(result.summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["ReportResult", "build_report", "main", "to_latex", "to_markdown", "write_table"]

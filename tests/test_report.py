@@ -1,0 +1,343 @@
+"""The report layer: scan run directories, pool them with rliable, write report.md/tables/figures.
+
+Most tests use SYNTHETIC run directories with the real file layout (status.json, config.yaml,
+.hydra/overrides.yaml, eval.parquet columns of plume-train) and a planted effect; one test
+runs real tiny jobs through ``plume.harness.train.run_job`` to prove the real files parse.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats as sps
+
+from plume.report import build_report, load_scores, scan_runs
+from plume.report.cli import main
+from plume.report.runs import RunScanError
+from plume.report.stats import (
+    TRACEBENCH,
+    Normalisation,
+    ReportStatsError,
+    SeedMismatchError,
+    aggregate_metrics,
+    analyse,
+    interval_estimates,
+    iqm,
+    normalise,
+)
+
+LABELS = ["fast_low-var", "fast_high-var", "slow_low-var", "slow_high-var"]
+TEST_SETS = ("majority_fast", "majority_slow")
+SHIFTS = {"uniform": 0.0, "plume_static": 0.15, "plume_dynamic": 1.0}  # plume_dynamic planted
+SEEDS = range(5)
+REPS = 200
+
+
+def write_run(root: Path, sampler: str, seed: int, *, shift: float | None = None,
+              state: str = "completed", error: str | None = None,
+              test_sets=TEST_SETS, n_traces: int = 40, progress=(0.0, 0.5, 1.0),
+              exp: str = "synthetic", qoe: float | None = None) -> Path:
+    """A run directory as plume-train writes it, with per-chunk QoE
+    2 + 2 * progress + shift + seed effect + trace effect (or exactly ``qoe``)."""
+    shift = SHIFTS.get(sampler, 0.0) if shift is None else shift
+    key = f"env.n_envs=8,env.test_sets=[{','.join(test_sets)}],sampler={sampler}"
+    run = root / exp / key / f"seed={seed}"
+    (run / ".hydra").mkdir(parents=True, exist_ok=True)
+    config = {
+        "env": {"name": "tracebench", "dataset": "majority_fast", "n_envs": 8,
+                "test_sets": list(test_sets), "quality_weight": 1.0, "rebuf_weight": 6.0},
+        "algo": {"name": "ppo"}, "sampler": {"name": sampler},
+        "analysis": {"method": "gmm"}, "exp_name": exp, "seed": seed,
+        "train": {"total_steps": 4096, "eval_points": len(progress) - 1},
+    }
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    (run / ".hydra" / "overrides.yaml").write_text(
+        yaml.safe_dump([f"sampler={sampler}", f"seed={seed}"]))
+    status = {"state": state, "error": error, "elapsed_s": 1.5, "exp_name": exp, "seed": seed,
+              "choices": {"env": "tracebench", "algo": "ppo", "sampler": sampler,
+                          "analysis": "plume"}}
+    (run / "status.json").write_text(json.dumps(status))
+    rng = np.random.default_rng([seed, len(sampler), int(1000 * shift) % 997])
+    seed_effect = rng.normal(0, 0.08)
+    rows = []
+    for p in progress:
+        for test_set in test_sets:
+            trace_effect = np.random.default_rng(len(test_set)).normal(0, 0.5, n_traces)
+            for trace in range(n_traces):
+                value = (qoe if qoe is not None else
+                         2.0 + 2.0 * p + shift + seed_effect + trace_effect[trace]
+                         + rng.normal(0, 0.05))
+                length = 99.0
+                rows.append({
+                    "test_set": test_set, "trace": trace,
+                    "trace_id": f"{test_set}/test/{trace:04d}", "label": LABELS[trace % 4],
+                    "return": value * length, "return_transformed": value,
+                    "quality": value * length, "stall": 0.0, "length": length,
+                    "progress": p, "env_steps": int(4096 * p),
+                })
+    pd.DataFrame(rows).to_parquet(run / "eval.parquet", index=False)
+    return run
+
+
+def synthetic_sweep(root: Path) -> Path:
+    """3 samplers x 5 seeds x 2 test sets x 40 traces x 3 progress points; plus a failed
+    plume_dynamic run with absurd scores and an unfinished uniform run (never pooled)."""
+    for sampler in SHIFTS:
+        for seed in SEEDS:
+            write_run(root, sampler, seed)
+    write_run(root, "plume_dynamic", 5, shift=100.0, state="failed",
+              error="RuntimeError: boom in the learner")
+    write_run(root, "uniform", 6, state="running")
+    return root / "synthetic"
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    return synthetic_sweep(tmp_path_factory.mktemp("runs"))
+
+
+@pytest.fixture(scope="module")
+def cli_report(sweep, tmp_path_factory):
+    """The report the command line writes for the synthetic sweep."""
+    out = tmp_path_factory.mktemp("report")
+    code = main([str(sweep), "--out", str(out), "--reps", str(REPS), "--seed", "3"])
+    assert code == 0
+    return out
+
+
+# --------------------------------------------------------------------------- normalisation, IQM
+
+
+def test_normalisation_arithmetic_by_hand(tmp_path):
+    assert TRACEBENCH.floor == 1.0 and TRACEBENCH.ceiling == 6.0
+    assert TRACEBENCH(3.5) == pytest.approx((3.5 - 1) / 5) == pytest.approx(0.5)
+    assert TRACEBENCH(1.0) == 0.0 and TRACEBENCH(6.0) == 1.0
+    assert "lowest bitrate" in TRACEBENCH.text("tracebench")
+    write_run(tmp_path, "uniform", 0, qoe=3.5, n_traces=4, test_sets=("majority_slow",))
+    scores = load_scores(scan_runs(tmp_path))
+    assert np.allclose(scores["score"], 3.5)  # per-chunk QoE = return / length
+    assert np.allclose(normalise(scores)["score"], 0.5)
+    with pytest.raises(ValueError, match="ceiling"):
+        Normalisation(2.0, 1.0, "upside down")
+    with pytest.raises(ReportStatsError, match="no normalisation for environment 'cc'"):
+        normalise(scores.assign(env="cc"))
+
+
+def test_iqm_is_the_25_percent_trimmed_mean():
+    matrix = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 100.0]])
+    expected = sps.trim_mean(matrix, 0.25, axis=None)
+    assert expected == pytest.approx(4.5)  # drops 1, 2 and 7, 100
+    assert iqm(matrix) == pytest.approx(expected)
+    assert aggregate_metrics(matrix)[0] == pytest.approx(expected)
+    points, _ = interval_estimates({"x": matrix}, aggregate_metrics, reps=50, seed=0)
+    assert points["x"][0] == pytest.approx(expected)
+
+
+def test_bootstrap_is_seeded_and_leaves_the_global_rng_alone():
+    matrix = np.random.default_rng(0).normal(size=(5, 2))
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    a = interval_estimates({"x": matrix}, aggregate_metrics, reps=100, seed=7)[1]["x"]
+    b = interval_estimates({"x": matrix}, aggregate_metrics, reps=100, seed=7)[1]["x"]
+    c = interval_estimates({"x": matrix}, aggregate_metrics, reps=100, seed=8)[1]["x"]
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert np.array_equal(np.random.get_state()[1], before)
+
+
+# --------------------------------------------------------------------------- synthetic sweep
+
+
+def test_inventory_lists_every_run_and_scores_come_from_completed_runs_only(sweep):
+    inventory = scan_runs([sweep])
+    assert len(inventory) == 17
+    assert inventory.counts() == {"completed": 15, "failed": 1, "running": 1}
+    failed = inventory.excluded.set_index("state").loc["failed"]
+    assert failed["error"] == "RuntimeError: boom in the learner"
+    assert failed["config_key"].endswith("sampler=plume_dynamic")
+    row = inventory.completed.iloc[0]
+    assert (row["env"], row["dataset"], row["algo"], row["analysis"]) == (
+        "tracebench", "majority_fast", "ppo", "plume")
+    scores = load_scores(inventory)
+    assert set(scores["seed"]) == set(SEEDS)
+    assert len(scores) == 15 * 3 * 2 * 40
+    assert scores["cluster"].isna().all() and scores["label"].notna().all()
+    assert scores["score"].max() < 10  # the failed run's absurd scores are not there
+
+
+def test_report_ranks_the_planted_sampler_first_with_a_significant_poi(cli_report):
+    aggregates = pd.read_csv(cli_report / "tables" / "aggregates.csv")
+    assert aggregates["algorithm"].tolist()[0] == "plume_dynamic"
+    assert (aggregates["n_runs"] == 5).all()  # the failed/unfinished runs are not pooled
+    poi = pd.read_csv(cli_report / "tables" / "probability_of_improvement.csv")
+    pooled = poi[(poi["algorithm"] == "plume_dynamic") & (poi["scope"] == "all tasks")].iloc[0]
+    assert pooled["poi"] > 0.9 and pooled["lo"] > 0.5 and pooled["ci_excludes_half"]
+    assert set(poi["scope"]) == {"all tasks", *TEST_SETS}
+    text = (cli_report / "report.md").read_text()
+    assert "plume_dynamic beats uniform on all tasks: PoI 1.00 [1.00, 1.00]; the CI excludes " \
+           "0.5." in text
+    assert "plume_dynamic beats uniform on majority_slow" in text
+
+
+def test_failed_run_is_listed_in_the_report_and_left_out_of_the_numbers(sweep, cli_report):
+    text = (cli_report / "report.md").read_text()
+    listed = text.split("## Failed and unfinished runs")[1].split("##")[0]
+    assert "RuntimeError: boom in the learner" in listed and "seed=5" in listed
+    assert "running" in listed and "seed=6" in listed
+    # plume_dynamic's pooled mean = the mean over its 5 completed runs of (trace means)
+    scores = normalise(load_scores(scan_runs(sweep)))
+    final = scores[(scores["sampler"] == "plume_dynamic") & (scores["progress"] == 1.0)]
+    per_run_task = final.groupby(["seed", "test_set"])["score"].mean()
+    aggregates = pd.read_csv(cli_report / "tables" / "aggregates.csv").set_index("algorithm")
+    assert aggregates.loc["plume_dynamic", "mean"] == pytest.approx(per_run_task.mean())
+    assert aggregates.loc["plume_dynamic", "IQM"] == pytest.approx(
+        sps.trim_mean(per_run_task.to_numpy(), 0.25))
+
+
+def test_cli_writes_report_tables_and_non_empty_figures(cli_report, capsys):
+    assert (cli_report / "report.md").stat().st_size > 0
+    for name in ("aggregates", "probability_of_improvement", "cells", "sample_efficiency",
+                 "breakdowns", "task_scores", "runs"):
+        for suffix in (".csv", ".md", ".tex"):
+            assert (cli_report / "tables" / f"{name}{suffix}").stat().st_size > 0, name
+    tex = (cli_report / "tables" / "aggregates.tex").read_text()
+    assert "\\toprule" in tex and "plume\\_dynamic" in tex
+    figures = sorted((cli_report / "figures").iterdir())
+    stems = {p.stem for p in figures}
+    assert {"interval_estimates", "probability_of_improvement", "performance_profiles",
+            "sample_efficiency", "per_kind"} <= stems
+    for stem in stems:
+        for suffix in (".png", ".pdf"):
+            assert (cli_report / "figures" / f"{stem}{suffix}").stat().st_size > 1000
+    text = (cli_report / "report.md").read_text()
+    assert "(figures/interval_estimates.png)" in text and "n = 5 runs per sampler" in text
+    assert "normalised score = (QoE per chunk - 1) / (6 - 1)" in text
+    assert "| plume_dynamic | majority_fast | 5 | 5 | 0 1 2 3 4 |" in text  # runs per cell
+
+
+def test_two_reports_give_bit_identical_tables(sweep, tmp_path):
+    first = build_report([sweep], tmp_path / "a", reps=REPS, seed=1, figures=False)
+    second = build_report([sweep], tmp_path / "b", reps=REPS, seed=1, figures=False)
+    files = sorted(p.relative_to(first.out) for p in first.out.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(second.out) for p in second.out.rglob("*")
+                           if p.is_file())
+    assert any(p.suffix == ".csv" for p in files) and Path("report.md") in files
+    for rel in files:
+        assert (first.out / rel).read_bytes() == (second.out / rel).read_bytes(), rel
+    assert first.ranking[0] == "plume_dynamic"
+    assert first.answers == second.answers
+
+
+def _sweep_with_holes(root: Path) -> Path:
+    """plume_static seed 4 never ran; uniform seed 3's run lacks the majority_slow test set."""
+    for sampler in SHIFTS:
+        for seed in SEEDS:
+            if (sampler, seed) == ("plume_static", 4):
+                continue
+            sets = ("majority_fast",) if (sampler, seed) == ("uniform", 3) else TEST_SETS
+            write_run(root, sampler, seed, test_sets=sets, n_traces=8)
+    return root
+
+
+def test_missing_seeds_are_refused_naming_each_cell(tmp_path):
+    scores = load_scores(scan_runs(_sweep_with_holes(tmp_path)))
+    with pytest.raises(SeedMismatchError) as err:
+        analyse(scores, seeds="refuse", reps=50)
+    message = str(err.value)
+    assert "(plume_static, majority_fast) lacks seed(s) 4" in message
+    assert "(plume_static, majority_slow) lacks seed(s) 4" in message
+    assert "(uniform, majority_slow) lacks seed(s) 3" in message
+    assert "(uniform, majority_fast)" not in message
+
+
+def test_missing_seeds_are_trimmed_with_a_note(tmp_path):
+    root = _sweep_with_holes(tmp_path)
+    inventory = scan_runs(root)
+    analysis = analyse(load_scores(inventory), seeds="trim", reps=50, inventory=inventory.runs)
+    assert analysis.seeds == [0, 1, 2]
+    assert all(m.shape == (3, 2) for m in analysis.matrices.values())
+    notes = "\n".join(analysis.notes)
+    assert "Seed 3 dropped (trim): (uniform, majority_slow) lacks seed(s) 3 (its completed run " \
+           "has no scores for this task)" in notes
+    assert "Seed 4 dropped (trim): (plume_static, majority_fast) lacks seed(s) 4 (no run " \
+           "directory)" in notes
+    cells = analysis.cells.set_index(["algorithm", "task"])
+    assert cells.loc[("uniform", "majority_fast"), "runs_found"] == 5
+    assert cells.loc[("uniform", "majority_fast"), "runs_used"] == 3
+
+
+def test_a_trimmed_seed_of_a_failed_run_says_it_failed(tmp_path):
+    for sampler in ("uniform", "plume_dynamic"):
+        for seed in range(3):
+            failed = (sampler, seed) == ("plume_dynamic", 2)
+            write_run(tmp_path, sampler, seed, n_traces=4, test_sets=("majority_slow",),
+                      state="failed" if failed else "completed",
+                      error="ValueError: bad trace" if failed else None)
+    inventory = scan_runs(tmp_path)
+    analysis = analyse(load_scores(inventory), reps=50, inventory=inventory.runs)
+    assert analysis.seeds == [0, 1]
+    assert "lacks seed(s) 2 (run failed: ValueError: bad trace)" in "\n".join(analysis.notes)
+
+
+def test_clear_errors(tmp_path, sweep, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunScanError, match="no run directories found under"):
+        scan_runs(tmp_path / "empty")
+    with pytest.raises(RunScanError, match="no such file"):
+        scan_runs(tmp_path / "nowhere")
+    write_run(tmp_path / "bad", "uniform", 0, state="failed", error="OSError: disk", n_traces=2)
+    with pytest.raises(ReportStatsError, match="(?s)no completed runs.*OSError: disk"):
+        build_report([tmp_path / "bad"], tmp_path / "out", figures=False)
+    with pytest.raises(ReportStatsError, match="baseline 'random' is not among.*present: "
+                                               "plume_dynamic, plume_static, uniform"):
+        build_report([sweep], tmp_path / "out", baseline="random", reps=50, figures=False)
+    assert main([str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
+    assert "plume-report: error: no run directories found" in capsys.readouterr().err
+
+
+def test_configs_sharing_a_sampler_must_be_grouped_apart(tmp_path):
+    for seed in range(2):
+        write_run(tmp_path, "uniform", seed, n_traces=4, test_sets=("majority_slow",))
+        write_run(tmp_path, "uniform", seed, n_traces=4, test_sets=("majority_slow",),
+                  exp="other")
+    scores = load_scores(scan_runs(tmp_path))
+    with pytest.raises(ReportStatsError, match="group_by='config_key'"):
+        analyse(scores, reps=50)
+    # same config_key in two experiments: group by exp_name instead
+    analysis = analyse(scores, group_by="exp_name", baseline="other", reps=50)
+    assert sorted(analysis.algorithms) == ["other", "synthetic"]
+    assert analysis.poi["scope"].tolist() == ["majority_slow"]
+
+
+# --------------------------------------------------------------------------- real tiny runs
+
+
+def test_end_to_end_on_real_tiny_runs(compose_cfg, tmp_path):
+    from plume.harness.train import run_job
+    from tests.conftest import TINY
+
+    root = tmp_path / "runs" / "tiny"
+    for sampler in ("uniform", "two_class"):
+        for seed in (0, 1):
+            cfg = compose_cfg(*TINY, "logger=none", f"sampler={sampler}", f"seed={seed}",
+                              f"paths.root={tmp_path / 'runs'}")
+            run_job(cfg, root / f"sampler={sampler}" / f"seed={seed}", {"sampler": sampler})
+    result = build_report([tmp_path / "runs"], tmp_path / "report", reps=REPS)
+    inventory = result.inventory.runs
+    assert (inventory["state"] == "completed").all() and len(inventory) == 4
+    assert set(inventory["sampler"]) == {"uniform", "two_class"}
+    assert set(inventory["config_key"]) == {"sampler=uniform", "sampler=two_class"}
+    assert result.analysis.tasks == ["majority_slow"] and result.analysis.seeds == [0, 1]
+    assert (result.tables["aggregates"]["n_runs"] == 2).all()
+    assert result.poi["algorithm"].tolist() == ["two_class"]
+    assert result.analysis.progress == [0.0, 0.5, 1.0]
+    text = result.report.read_text()
+    assert "two_class" in text and "uniform" in text and "PoI" in text
+    assert set(result.figures) >= {"interval_estimates", "sample_efficiency", "per_kind"}
+    assert all(p.stat().st_size > 0 for paths in result.figures.values() for p in paths)
+    shutil.copy(result.report, tmp_path / "report_copy.md")  # readable when debugging
