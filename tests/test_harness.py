@@ -211,3 +211,13 @@ def test_a_checkpoint_of_another_configuration_is_not_resumed(compose_cfg, tmp_p
     run_job(compose_cfg(*TINY, "logger=none", "algo.learning_rate=1e-3"), tmp_path)
     assert run.status()["state"] == "completed"
     assert run.load_checkpoint()["agent"]["config"]["learning_rate"] == 1e-3
+
+
+def test_a_long_override_list_still_makes_a_valid_folder_name():
+    from plume.harness.train import _override_dirname
+
+    overrides = ",".join(f"sampler.param_{i}=value_{i}" for i in range(40))
+    name = _override_dirname(overrides)
+    assert len(name.encode()) <= 200 and name.startswith("sampler.param_0=value_0")
+    assert name != _override_dirname(overrides.replace("value_39", "value_x"))
+    assert _override_dirname("") == "defaults" and _override_dirname("a=b/c") == "a=b_c"

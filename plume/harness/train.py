@@ -41,8 +41,14 @@ log = logging.getLogger("plume")
 
 
 def _override_dirname(value: str) -> str:
-    """Folder name for a job's overrides: never empty, never nested."""
-    return value.replace("/", "_").replace(os.sep, "_") or "defaults"
+    """Folder name for a job's overrides: never empty, never nested, never longer than a file
+    name may be (a long one keeps a readable prefix and gains a hash of the whole)."""
+    name = value.replace("/", "_").replace(os.sep, "_") or "defaults"
+    if len(name.encode()) > 200:  # NAME_MAX is 255 bytes
+        import hashlib
+
+        name = name[:180] + "-" + hashlib.sha1(name.encode()).hexdigest()[:12]
+    return name
 
 
 OmegaConf.register_new_resolver("plume_dirname", _override_dirname, replace=True)

@@ -1,0 +1,191 @@
+"""The paper-figure commands: experiment configs, job lists, the runner and the figures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from experiments import runner
+from plume.harness.schema import validate
+from tests.conftest import TINY, conf_options
+
+EXPERIMENTS = conf_options("experiment")
+QUICK = [name for name in EXPERIMENTS if name.endswith("_quick")]
+BUDGET_KEYS = {"exp_name", "train.total_steps", "train.eval_points"}
+
+
+def _flat(cfg) -> dict[str, object]:
+    """Every leaf of a composed config as {dotted key: value}."""
+    out: dict[str, object] = {}
+
+    def walk(node, prefix):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            out[prefix[:-1]] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return out
+
+
+def test_the_figure_experiments_exist_each_with_a_quick_variant():
+    for base in ("quickstart", "fig8", "fig9"):
+        assert base in EXPERIMENTS and f"{base}_quick" in EXPERIMENTS
+    assert {q.removesuffix("_quick") for q in QUICK} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_config_composes_and_validates(compose_cfg, name):
+    cfg = compose_cfg(f"experiment={name}")
+    job = validate(cfg)
+    assert job.exp_name == name  # exp_name = the config's name: the first folder of its runs
+    assert job.algo_name == "ppo"  # until a DQN exists (README: the paper used Ape-X DQN)
+    if not name.endswith("_quick"):
+        # paper profile: the reference's budget, an evaluation every 5 %
+        assert (job.train.total_steps, job.train.eval_points) == (4_000_000, 20)
+
+
+@pytest.mark.parametrize("name", QUICK)
+def test_a_quick_variant_changes_only_budgets_and_exp_name(compose_cfg, name):
+    quick = _flat(compose_cfg(f"experiment={name}"))
+    base = _flat(compose_cfg(f"experiment={name.removesuffix('_quick')}"))
+    assert quick.keys() == base.keys()
+    changed = {key for key in quick if quick[key] != base[key]}
+    assert "exp_name" in changed and changed <= BUDGET_KEYS, changed
+    assert quick["train.total_steps"] < base["train.total_steps"]
+
+
+def test_fig8_has_the_budgets_of_the_fig9_runs_it_reuses(compose_cfg):
+    for suffix in ("", "_quick"):
+        fig8 = _flat(compose_cfg(f"experiment=fig8{suffix}"))
+        fig9 = _flat(compose_cfg(f"experiment=fig9{suffix}"))
+        assert {k for k in fig8 if fig8[k] != fig9[k]} == {"exp_name"}
+
+
+def test_fig9_quick_job_list_is_27_jobs_with_the_right_overrides():
+    jobs = runner.figure_jobs("fig9", "quick")
+    assert len(jobs) == 27 and len(set(jobs)) == 27
+    assert {j.experiment for j in jobs} == {"fig9_quick"}
+    cells = {(j.axis("env.dataset"), j.axis("sampler")) for j in jobs}
+    assert cells == {(d, s) for d in runner.DATASETS for s in runner.MAIN_SAMPLERS}
+    assert {j.seed for j in jobs} == {0, 1, 2}
+    assert jobs[0].args("runs") == [
+        "experiment=fig9_quick", "env.dataset=majority_fast", "sampler=uniform", "seed=0",
+        "paths.root=runs",
+    ]
+    paper = runner.figure_jobs("fig9", "paper")
+    assert len(paper) == 36 and {j.seed for j in paper} == {0, 1, 2, 3}
+    assert {j.experiment for j in paper} == {"fig9"}
+
+
+def test_figures_share_runs_instead_of_training_them_twice():
+    fig9 = set(runner.figure_jobs("fig9", "quick"))
+    fig10 = runner.figure_jobs("fig10", "quick")
+    assert set(fig10) <= fig9 and {j.axis("sampler") for j in fig10} == {"plume_dynamic"}
+    fig8 = runner.figure_jobs("fig8", "quick")
+    assert len(fig8) == 12
+    assert {j.axis("sampler") for j in fig8} == set(runner.FIG8_SAMPLERS)
+    new = [j for j in fig8 if j not in fig9]
+    assert {(j.experiment, j.axis("sampler")) for j in new} == {("fig8_quick", "trace_error")}
+    quickstart = runner.figure_jobs("quickstart", "quick")
+    assert len(quickstart) == 9 and {j.experiment for j in quickstart} == {"quickstart_quick"}
+    assert {j.axis("env.dataset") for j in quickstart} == {"majority_fast"}
+    every = runner.figure_jobs("all", "quick")
+    assert len(every) == len(set(every)) == 27 + 3 + 9
+    for name in ("fig7", "fig12", "fig13"):
+        assert runner.figure_jobs(name, "quick") == []
+
+
+def test_plan_predicts_the_run_directory_plume_train_uses(tmp_path):
+    jobs = runner.figure_jobs("fig9", "quick")[:2]
+    planned = runner.plan(jobs, tmp_path, ["logger=none"])
+    assert planned[0].run_dir == tmp_path / "fig9_quick" / (
+        "env.dataset=majority_fast,sampler=uniform") / "seed=0"
+    assert [p.state for p in planned] == [None, None]
+    planned[1].run_dir.mkdir(parents=True)
+    (planned[1].run_dir / "status.json").write_text(json.dumps({"state": "completed"}))
+    assert [p.state for p in runner.plan(jobs, tmp_path, ["logger=none"])] == [None, "completed"]
+
+
+def test_a_bad_override_fails_before_anything_trains(tmp_path):
+    with pytest.raises(Exception, match="train.total_steps"):
+        runner.plan(runner.figure_jobs("fig9", "quick")[:1], tmp_path, ["train.total_steps=-5"])
+
+
+def test_dry_run_prints_every_job_and_trains_nothing(tmp_path, capsys):
+    code = runner.main(["fig9", "--dry-run", "--root", str(tmp_path / "runs"),
+                        "--out", str(tmp_path / "reports")])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "27 job(s), 0 already completed, 27 to train" in printed
+    assert printed.count("plume-train experiment=fig9_quick") == 27
+    assert "seed=2" in printed and "env.dataset=majority_slow,sampler=plume_dynamic" in printed
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
+
+
+def test_dataset_figures_render_png_and_pdf(tmp_path):
+    from experiments import figures
+
+    fig7 = figures.render("fig7", [], tmp_path / "fig7", root=tmp_path)
+    assert [p.suffix for p in fig7["figure"]] == [".png", ".pdf"]
+    assert all(p.stat().st_size > 0 for p in fig7["figure"])
+    assert "| Balanced | train | 250 | 250 | 250 | 250 |" in (tmp_path / "fig7" / "composition.md").read_text()
+    fig13 = figures.render("fig13", [], tmp_path / "fig13", root=tmp_path)
+    assert all(p.is_file() for p in fig13["figure"])
+
+
+@pytest.mark.slow
+def test_fig12_renders_the_clusters_of_the_three_datasets(tmp_path):
+    from experiments import figures
+
+    result = figures.render("fig12", [], tmp_path / "fig12", root=tmp_path)
+    assert all(p.is_file() for p in result["figure"])
+    assert len((tmp_path / "fig12" / "clusters.txt").read_text().splitlines()) == 3
+    assert len(list((tmp_path / ".cache" / "analysis").glob("*.json"))) == 3
+
+
+# Tiny jobs: TINY budgets, no tracker, a cheap stage 1-2 for the Plume samplers.
+FAST_ANALYSIS = ["analysis.restarts=2", "analysis.selection.steps=1"]
+
+
+def test_the_runner_trains_skips_completed_jobs_and_renders(tmp_path, capsys):
+    root, out = tmp_path / "runs", tmp_path / "reports"
+    argv = ["quickstart", "--seeds", "2", "-j", "2", "--root", str(root), "--out", str(out),
+            "--reps", "50", *[f"--override={o}" for o in [*TINY, "logger=none", *FAST_ANALYSIS]]]
+    assert runner.main(argv) == 0, capsys.readouterr().out
+    first = capsys.readouterr().out
+    assert "6 job(s), 0 already completed, 6 to train" in first
+    assert "trained 6, skipped 0 (already completed), failed 0" in first
+    assert first.count("] done ") == 6 and "eta" in first
+    runs = sorted(root.glob("quickstart_quick/*/seed=*/status.json"))
+    assert len(runs) == 6
+    assert all(json.loads(p.read_text())["state"] == "completed" for p in runs)
+    stamps = {p: p.stat().st_mtime_ns for p in runs}
+
+    assert runner.main(argv) == 0
+    second = capsys.readouterr().out
+    assert "6 job(s), 6 already completed, 0 to train" in second
+    assert "training" not in second.split("\n")[1]  # nothing was launched
+    assert {p: p.stat().st_mtime_ns for p in runs} == stamps
+
+    figure = out / "quickstart" / "quickstart_test_qoe"
+    assert figure.with_suffix(".png").is_file() and figure.with_suffix(".pdf").is_file()
+    assert (out / "quickstart" / "report" / "report.md").is_file()
+    assert "Plume-Dynamic" in second and "n=2" in second
+
+
+def test_a_failed_job_is_reported_and_the_others_continue(tmp_path, capsys):
+    root = tmp_path / "runs"
+    jobs = runner.figure_jobs("quickstart", "quick", n_seeds=1)[:2]
+    planned = runner.plan(jobs, root, [*TINY, "logger=none", *FAST_ANALYSIS])
+    # Sabotage the first job after planning: its dataset override no longer exists.
+    planned[0].args = [*planned[0].args, "env.dataset=no_such_dataset"]
+    failed = runner.execute(planned, 2, root, tmp_path / "logs")
+    printed = capsys.readouterr().out
+    assert failed == [planned[0]]
+    assert "FAILED" in printed and "no_such_dataset" in printed
+    assert planned[1].run_dir.joinpath("status.json").is_file()
+    assert json.loads(planned[1].run_dir.joinpath("status.json").read_text())["state"] == "completed"
