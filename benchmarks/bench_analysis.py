@@ -25,7 +25,6 @@ where the OS allows, the process is pinned to one CPU. Prints
 
 from __future__ import annotations
 
-import os
 
 import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
@@ -169,11 +168,7 @@ def main() -> None:
                         help="skip the plain-sklearn reference pipeline (about 6 s)")
     args = parser.parse_args()
 
-    pinned = "no"
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        pinned = f"cpu {cpu}"
+    pinned = single_thread.pin_to_one_cpu()
 
     settings = AnalysisSettings()
     traces = {name: load_tracebench(name, "train") for name in DATASETS}

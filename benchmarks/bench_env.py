@@ -23,7 +23,6 @@ noise): same rewards, delays and observations on 16 copies for two episodes.
 
 from __future__ import annotations
 
-import os
 
 import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
@@ -193,11 +192,7 @@ def main() -> None:
     parser.add_argument("--baseline-steps", type=int, default=20_000)
     args = parser.parse_args()
 
-    pinned = "no"
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        pinned = f"cpu {cpu}"
+    pinned = single_thread.pin_to_one_cpu()
 
     traces = load_tracebench(*DATASET)
     mismatch = check_scalar_matches_batched(traces)

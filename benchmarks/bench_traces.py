@@ -16,7 +16,6 @@ where the OS allows, the process is pinned to one CPU. Compares
 
 from __future__ import annotations
 
-import os
 
 import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
@@ -98,11 +97,7 @@ def main() -> None:
     parser.add_argument("--baseline-repeats", type=int, default=3)
     args = parser.parse_args()
 
-    pinned = "no"
-    if hasattr(os, "sched_setaffinity"):
-        cpu = min(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cpu})
-        pinned = f"cpu {cpu}"
+    pinned = single_thread.pin_to_one_cpu()
 
     tb.generate_all()  # warm-up (imports, first allocations)
     fast = _time(tb.generate_all, args.repeats)

@@ -15,3 +15,13 @@ for _var in (
     os.environ[_var] = "1"
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def pin_to_one_cpu() -> str:
+    """Pin this process to one CPU where the OS allows it; returns what was done, for the
+    benchmark's header line."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "no"
+    cpu = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    return f"cpu {cpu}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf

@@ -84,6 +84,18 @@ def plr_replay_distribution(
     return out
 
 
+def _record_episode(sampler: TraceSampler, trace_index: int, rewards: np.ndarray) -> tuple[int, float]:
+    """Check an episode report, count it, and return (trace, undiscounted return)."""
+    trace = int(trace_index)
+    if not 0 <= trace < sampler.n_traces:
+        raise IndexError(f"trace index {trace_index} out of range [0, {sampler.n_traces})")
+    TraceSampler.update(sampler, trace, rewards)
+    ret = float(np.sum(np.asarray(rewards, dtype=np.float64)))
+    if not math.isfinite(ret):
+        raise ValueError(f"episode on trace {trace} has non-finite rewards")
+    return trace, ret
+
+
 class PrioritizedLevelReplaySampler(TraceSampler):
     """Prioritized Level Replay over traces.
 
@@ -280,13 +292,7 @@ class PrioritizedLevelReplaySampler(TraceSampler):
         return float(np.maximum(adv, 0.0).mean())
 
     def update(self, trace_index: int, rewards: np.ndarray, **learner_stats: Any) -> None:
-        trace = int(trace_index)
-        if not 0 <= trace < self.n_traces:
-            raise IndexError(f"trace index {trace_index} out of range [0, {self.n_traces})")
-        super().update(trace, rewards)
-        ret = float(np.sum(np.asarray(rewards, dtype=np.float64)))
-        if not math.isfinite(ret):
-            raise ValueError(f"episode on trace {trace} has non-finite rewards")
+        trace, ret = _record_episode(self, trace_index, rewards)
         score = self._learner_score(learner_stats)
         if score is None:
             if self.score != "return_delta" and not self._warned:
@@ -399,13 +405,7 @@ class WorstCaseSampler(EpsilonMixtureSampler):
         self.seen = np.zeros(self.n_traces, dtype=bool)
 
     def update(self, trace_index: int, rewards: np.ndarray, **learner_stats: Any) -> None:
-        trace = int(trace_index)
-        if not 0 <= trace < self.n_traces:
-            raise IndexError(f"trace index {trace_index} out of range [0, {self.n_traces})")
-        super().update(trace, rewards)
-        ret = float(np.sum(np.asarray(rewards, dtype=np.float64)))
-        if not math.isfinite(ret):
-            raise ValueError(f"episode on trace {trace} has non-finite rewards")
+        trace, ret = _record_episode(self, trace_index, rewards)
         if self.seen[trace]:
             self.recent_return[trace] += self.ema * (ret - self.recent_return[trace])
         else:
