@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from hydra.errors import MissingConfigException
