@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ TINY = [
     "env.test_sets=[majority_slow]",
     "algo.n_steps=64",
     "algo.hidden_sizes=[32,32]",
+    # Stage 1-2 runs for every job; one cache for the whole test session keeps that cheap.
+    f"paths.cache={Path(tempfile.gettempdir()) / 'plume-tests' / 'analysis-cache'}",
 ]
 
 

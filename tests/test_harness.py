@@ -100,6 +100,10 @@ def test_a_tiny_job_writes_the_whole_run_directory(compose_cfg, tmp_path):
     assert (final["trace_id"].to_numpy() == slow.trace_ids).all()
     assert (final["label"].to_numpy() == slow.labels).all()
     assert (final["length"] == 99).all()
+    # every test trace carries its training cluster: here the clusters are the four kinds
+    from sklearn.metrics import adjusted_rand_score
+
+    assert adjusted_rand_score(final["label"], final["cluster"].astype(int)) == 1.0
     # QoE = bitrate - 6 stall, summed over the 99 chunks of each test episode.
     np.testing.assert_allclose(final["return"], final["quality"] - 6 * final["stall"], rtol=1e-9)
     assert final["quality"].between(99 * 1.0, 99 * 6.0).all()

@@ -232,6 +232,20 @@ class TraceAnalysis:
         """Kept features by decreasing importance (the first two make the usual scatter)."""
         return sorted(self.importances, key=lambda name: -self.importances[name])
 
+    def assign(self, traces: TraceSet) -> np.ndarray:
+        """Cluster of each trace of another split (e.g. a test set): the nearest cluster
+        centroid in this analysis's standardised kept-feature space (training statistics).
+        It lets results on held-out traces be broken down by the training clusters."""
+        new = impute(compute_features(traces, self.settings.feature_set))[self.kept].to_numpy()
+        train = self.features[self.kept].to_numpy(dtype=np.float64)
+        std = train.std(axis=0)
+        z = (new - train.mean(axis=0)) / np.where(std > 0, std, 1.0)
+        centroids = np.full((self.k, len(self.kept)), np.inf)
+        for cluster in np.unique(self.labels):
+            centroids[cluster] = self.standardized[self.labels == cluster].mean(axis=0)
+        distances = ((z[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
+        return np.argmin(distances, axis=1)
+
     # ---------------------------------------------------------------- persistence
 
     def save(self, path: str | Path) -> tuple[Path, Path]:

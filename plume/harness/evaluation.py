@@ -17,10 +17,15 @@ EPISODE_FIELDS = ("return", "return_transformed", "quality", "stall", "length")
 
 
 class Evaluator:
-    """Holds one test-mode environment per test set and turns a policy into eval rows."""
+    """Holds one test-mode environment per test set and turns a policy into eval rows.
 
-    def __init__(self, test_sets: dict[str, TraceSet], **env_kwargs) -> None:
+    ``clusters`` maps a test set to each of its traces' training cluster (from the stage 1-2
+    analysis of the training set), recorded so results can be broken down by cluster."""
+
+    def __init__(self, test_sets: dict[str, TraceSet],
+                 clusters: dict[str, np.ndarray] | None = None, **env_kwargs) -> None:
         self.test_sets = test_sets
+        self.clusters = clusters or {}
         self.envs = {
             name: TraceBenchVecEnv(traces, mode="test", **env_kwargs)
             for name, traces in test_sets.items()
@@ -39,6 +44,7 @@ class Evaluator:
                     "trace": np.arange(len(traces)),
                     "trace_id": traces.trace_ids,
                     "label": traces.labels if traces.labels is not None else None,
+                    "cluster": self.clusters.get(name, pd.NA),
                     **results,
                 }
             )

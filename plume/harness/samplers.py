@@ -26,10 +26,6 @@ DATA_INPUTS = ("memberships", "features", "mean_throughput")
 """Constructor arguments a harness supplies from data, never from the config."""
 
 
-def needs_analysis(sampler_name: str) -> bool:
-    return bool({"memberships", "features"} & set(getattr(SAMPLERS[sampler_name], "inputs", ())))
-
-
 def run_analysis(traces: TraceSet, settings, cache_dir: str | Path):
     """Plume stages 1-2 on ``traces``, reusing the on-disk cache when it has the result."""
     import logging

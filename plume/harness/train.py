@@ -137,7 +137,7 @@ def _train(
     from plume.agents import PPO
     from plume.envs import TraceBenchVecEnv
     from plume.harness.samplers import (
-        LearnerStatsBridge, build_sampler, needs_analysis, run_analysis,
+        LearnerStatsBridge, build_sampler, run_analysis,
     )
 
     streams = spawn_streams(job.seed)
@@ -146,9 +146,10 @@ def _train(
     test_sets = {
         Path(name).stem: load_dataset(job.env.name, name, "test") for name in job.env.test_sets
     }
-    analysis = None
-    if needs_analysis(job.sampler_name):
-        analysis = run_analysis(train_traces, job.analysis, job.paths.cache)
+    # Stage 1-2 runs for every sampler (cached per dataset and settings): Plume's samplers use
+    # it, and every run's test traces are labelled with their training cluster.
+    analysis = run_analysis(train_traces, job.analysis, job.paths.cache)
+    test_clusters = {name: analysis.assign(traces) for name, traces in test_sets.items()}
     sampler = build_sampler(
         job.sampler_name, job.sampler_params, train_traces,
         np.random.default_rng(streams["sampler"]), analysis,
@@ -164,7 +165,7 @@ def _train(
     )
     agent = PPO(env if bridge is None else bridge.wrap(env), job.algo,
                 seed=torch_seed(streams["torch"]))
-    evaluator = Evaluator(test_sets, **reward)
+    evaluator = Evaluator(test_sets, test_clusters, **reward)
     log.info(
         "training %s on %s (%d traces) with sampler=%s, %s env steps, seed %d -> %s",
         job.algo_name, train_traces.name, len(train_traces), job.sampler_name,
