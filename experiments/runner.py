@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import subprocess
@@ -35,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
+
+from plume.harness.train import format_clock
 
 PROFILES = ("quick", "paper")
 SEEDS = {"quick": 3, "paper": 4}
@@ -177,13 +178,6 @@ def _read_state(run_dir: Path) -> str | None:
         return None
 
 
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
-
-
 def _show(path: Path) -> str:
     """``path`` relative to the working directory when it is below it."""
     try:
@@ -264,7 +258,7 @@ def execute(pending: Sequence[PlannedJob], workers: int, root: Path, log_dir: Pa
             ok = item.result["rc"] == 0 and item.state == "completed"
             line = (f"[{done:>{len(str(total))}}/{total}] {'done  ' if ok else 'FAILED'} "
                     f"{item.result['seconds']:6.1f} s  {_job_name(item, root)} | "
-                    f"elapsed {_clock(elapsed)} | eta {_clock(eta)}")
+                    f"elapsed {format_clock(elapsed)} | eta {format_clock(eta)}")
             if not ok:
                 failed.append(item)
                 line += f"\n    rc={item.result['rc']}: {_failure(item)}\n    log: {_show(item.log)}"
@@ -345,7 +339,7 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
         failed = execute(pending, workers, root_path, out_path / name / "logs", stream)
         trained = len(pending) - len(failed)
         print(f"trained {trained}, skipped {len(done)} (already completed), "
-              f"failed {len(failed)}; training took {_clock(time.time() - began)}",
+              f"failed {len(failed)}; training took {format_clock(time.time() - began)}",
               file=stream, flush=True)
     elif render_only and pending:
         print(f"--render-only: {len(pending)} job(s) not completed are left out of the figures",
@@ -371,7 +365,7 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
             traceback.print_exc(file=stream)
             continue
         _print_artefacts(figure, artefacts[figure], wanted, len(runs), stream)
-    print(f"finished {name} in {_clock(time.time() - began)}", file=stream, flush=True)
+    print(f"finished {name} in {format_clock(time.time() - began)}", file=stream, flush=True)
     return {"jobs": planned, "completed": len(done), "pending": len(pending),
             "trained": trained, "failed": failed, "artefacts": artefacts}
 

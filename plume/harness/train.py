@@ -360,14 +360,15 @@ def _progress_line(progress, env_steps, total, clock, latest, prefix) -> None:
     log.info(
         "[%s] %5.1f%% %s/%s steps | %s steps/s | eta %s | train return %s | test QoE/chunk %s",
         prefix, 100 * progress, f"{env_steps:,}", f"{total:,}", f"{rate:,.0f}",
-        _clock(eta), "n/a" if train is None else f"{train:.2f}", evals or "n/a",
+        format_clock(eta), "n/a" if train is None else f"{train:.2f}", evals or "n/a",
     )
 
 
-def _clock(seconds: float) -> str:
+def format_clock(seconds: float) -> str:
+    """``h:mm:ss`` for progress lines; ``?`` when unknown (no rate yet)."""
     if not np.isfinite(seconds):
         return "?"
-    minutes, secs = divmod(int(seconds), 60)
+    minutes, secs = divmod(round(seconds), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
