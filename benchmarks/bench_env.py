@@ -66,7 +66,7 @@ class ScalarTraceBench:
         length = int(self.traces.lengths[trace])
         self.time = self.traces.time[trace, :length]
         self.bw = self.traces.bandwidth[trace, :length]
-        self.sizes = self.traces.extras["video_sizes"][trace]
+        self.sizes = self.traces.chunks["video_sizes"][trace]
         n_starts = max(min(length, len(self.sizes)) - self.min_trace_len, 1)
         start = int(self.rng.integers(n_starts)) if self.train else 0
         self.trace, self.ptr, self.vidx = trace, start, start

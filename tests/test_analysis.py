@@ -542,7 +542,7 @@ def test_nan_and_constant_features_are_imputed_and_dropped():
     levels = np.repeat([1.0, 5.0, 10.0], 20)
     bandwidth = np.repeat(levels[:, None], 30, axis=1)
     time = np.repeat(np.arange(30.0)[None, :], 60, axis=0)
-    traces = TraceSet("constant-levels", time, bandwidth, np.full(60, 30),
+    traces = TraceSet("constant-levels", {"time": time, "bandwidth": bandwidth}, np.full(60, 30),
                       labels=np.repeat(["low", "mid", "high"], 20))
     result = analyze(traces, AnalysisSettings(select=False, k_range=(2, 4), restarts=3))
     notes = " ".join(result.notes)
@@ -552,7 +552,7 @@ def test_nan_and_constant_features_are_imputed_and_dropped():
     assert "throughput__autocorrelation__lag_3" not in result.kept
     assert np.all(np.isfinite(result.features.to_numpy()))
     assert result.k == 3 and adjusted_rand_index(result) == 1.0
-    flat = TraceSet("flat", time, np.ones_like(bandwidth), np.full(60, 30))
+    flat = TraceSet("flat", {"time": time, "bandwidth": np.ones_like(bandwidth)}, np.full(60, 30))
     with pytest.raises(ValueError, match="every candidate feature is constant"):
         analyze(flat, AnalysisSettings(select=False, k_range=(2, 3), restarts=2))
 

@@ -11,6 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from plume.envs import TraceBenchEnv, TraceBenchVecEnv, transform_reward
+from plume.envs.replay import PayloadTables
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
 from plume.traces.traceset import TraceSet
 
@@ -29,8 +30,8 @@ def make_traces(times, bandwidths, sizes, name="tiny") -> TraceSet:
         time[i, len(t):] = t[-1] + 1 + np.arange(width - len(t))  # padding, ignored
         bw[i, : len(b)] = b
     return TraceSet(
-        name=name, time=time, bandwidth=bw, lengths=[len(t) for t in times],
-        extras={"video_sizes": np.asarray(sizes, dtype=float)},
+        name=name, series={"time": time, "bandwidth": bw}, lengths=[len(t) for t in times],
+        chunks={"video_sizes": np.asarray(sizes, dtype=float)},
     )
 
 
@@ -69,7 +70,7 @@ class ScalarTraceBench:
         length = int(traces.lengths[trace])
         self.time = traces.time[trace, :length].tolist()
         self.bw = traces.bandwidth[trace, :length].tolist()
-        self.sizes = traces.extras["video_sizes"][trace]  # numpy, for obs(); steps use floats
+        self.sizes = traces.chunks["video_sizes"][trace]  # numpy, for obs(); steps use floats
         self.drain, self.max_buffer, self.chunk_seconds = drain, max_buffer, chunk_seconds
         self.qw, self.rw = quality_weight, rebuf_weight
         self.ptr = start
@@ -428,7 +429,7 @@ def test_batched_equals_per_copy_scalar_reference(kind):
             ref_obs = np.stack([r.obs() for r in refs])
         np.testing.assert_allclose(obs, ref_obs, atol=1e-6)
     if kind == "long":
-        assert len(env._tab.payload_steps) >= 3 and seen["autoreset"] > 0
+        assert len(PayloadTables(traces).payload_steps) >= 3 and seen["autoreset"] > 0
     else:  # sleeps, stalls, wrap-arounds, resets (and exact boundaries) all occur
         assert min(seen.values()) >= 5, seen
 
@@ -510,12 +511,12 @@ def test_bad_input_raises(tiny):
         TraceBenchVecEnv(tiny, 0)
     with pytest.raises(ValueError, match="n_envs"):
         TraceBenchVecEnv(tiny)  # required in train mode
-    bare = TraceSet("bare", tiny.time, tiny.bandwidth, tiny.lengths)
+    bare = TraceSet("bare", dict(tiny.series), tiny.lengths)
     with pytest.raises(ValueError, match="video_sizes"):
         TraceBenchVecEnv(bare, 2)
     for bad in [np.ones((2, 12, 2)), np.ones((2, 12)), np.ones((2, 1, 3)), -np.ones((2, 12, 3))]:
-        broken = TraceSet("broken", tiny.time, tiny.bandwidth, tiny.lengths,
-                          extras={"video_sizes": bad})
+        broken = TraceSet("broken", dict(tiny.series), tiny.lengths,
+                          chunks={"video_sizes": bad})
         with pytest.raises(ValueError, match="video_sizes|chunks"):
             TraceBenchVecEnv(broken, 2)
     with pytest.raises(ValueError, match="sampler covers"):

@@ -195,7 +195,7 @@ def test_generation_is_deterministic_and_each_split_stands_alone(all_splits):
     reference = all_splits[("balanced", "test")]
     assert again.content_hash == reference.content_hash
     np.testing.assert_array_equal(again.bandwidth, reference.bandwidth)
-    np.testing.assert_array_equal(again.extras["video_sizes"], reference.extras["video_sizes"])
+    np.testing.assert_array_equal(again.chunks["video_sizes"], reference.chunks["video_sizes"])
     assert generate_tracebench("balanced", "test", seed=10).content_hash != again.content_hash
 
 
@@ -222,8 +222,8 @@ def test_shapes_ranges_and_metadata(all_splits):
         np.testing.assert_array_equal(traces.time, np.broadcast_to(grid, (1000, TRACE_LEN)))
         assert np.allclose(np.diff(traces.time, axis=1), 100 / 99)  # reference spacing
         assert traces.bandwidth.min() >= 0.1 and traces.bandwidth.max() <= 20.0
-        assert traces.extras["video_sizes"].shape == (1000, TRACE_LEN, 3)
-        assert traces.extras["video_sizes"].dtype == np.float64
+        assert traces.chunks["video_sizes"].shape == (1000, TRACE_LEN, 3)
+        assert traces.chunks["video_sizes"].dtype == np.float64
         assert traces.trace_ids[0] == f"{dataset}/{split}/0000"
         assert traces.trace_ids[-1] == f"{dataset}/{split}/0999"
         assert traces.meta["generator"] == "tracebench"
@@ -236,7 +236,7 @@ def test_shapes_ranges_and_metadata(all_splits):
 
 
 def test_video_sizes_are_bitrate_times_noise(all_splits):
-    sizes = all_splits[("majority_fast", "train")].extras["video_sizes"]
+    sizes = all_splits[("majority_fast", "train")].chunks["video_sizes"]
     ratio = sizes / BITRATES  # (1 + common) * (1 + per-bitrate)
     expected_std = np.hypot(0.01, 0.0005)
     assert abs(ratio.mean() - 1.0) < 1e-4  # SE = 0.01 / sqrt(1e5) ~ 3e-5
@@ -280,51 +280,104 @@ def test_save_load_round_trip(all_splits, tmp_path):
     assert loaded.meta == traces.meta
     np.testing.assert_array_equal(loaded.labels, traces.labels)
     np.testing.assert_array_equal(loaded.trace_ids, traces.trace_ids)
-    np.testing.assert_array_equal(loaded.extras["video_sizes"], traces.extras["video_sizes"])
+    np.testing.assert_array_equal(loaded.chunks["video_sizes"], traces.chunks["video_sizes"])
 
 
-def _small(**overrides) -> dict:
-    kwargs = {
-        "name": "tiny",
-        "time": np.tile(np.arange(4.0), (3, 1)),
-        "bandwidth": np.ones((3, 4)),
-        "lengths": np.array([4, 4, 4]),
+def _small(time=None, bandwidth=None, **overrides) -> dict:
+    series = {
+        "time": np.tile(np.arange(4.0), (3, 1)) if time is None else time,
+        "bandwidth": np.ones((3, 4)) if bandwidth is None else bandwidth,
     }
-    kwargs.update(overrides)
-    return kwargs
+    return {"name": "tiny", "series": series, "lengths": np.array([4, 4, 4]),
+            "trace_ids": ["a", "b", "c"], **overrides}
 
 
 def test_traceset_constructor_errors_name_the_trace():
     bandwidth = np.ones((3, 4))
     bandwidth[1, 2] = -0.5
-    with pytest.raises(ValueError, match=r"'tiny': trace 1 has a negative"):
+    with pytest.raises(ValueError, match=r"'tiny': trace 'b' has a non-finite or negative value"):
+        TraceSet(**_small(bandwidth=bandwidth))
+    bandwidth[1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"trace 'b' has a non-finite or negative value in "
+                                         r"series\['bandwidth'\]"):
         TraceSet(**_small(bandwidth=bandwidth))
     time = np.tile(np.arange(4.0), (3, 1))
     time[2, 3] = time[2, 2]
-    with pytest.raises(ValueError, match=r"'tiny': trace 2 has non-increasing times"):
+    with pytest.raises(ValueError, match=r"'tiny': trace 'c' has non-increasing times"):
         TraceSet(**_small(time=time))
-    with pytest.raises(ValueError, match=r"\(3, 4\) and \(3, 5\)"):
+    with pytest.raises(ValueError, match=r"time \(3, 4\), bandwidth \(3, 5\)"):
         TraceSet(**_small(bandwidth=np.ones((3, 5))))
     bandwidth = np.ones((3, 4))
     bandwidth[0] = 0.0
-    with pytest.raises(ValueError, match=r"'tiny': trace 0 has zero throughput"):
+    with pytest.raises(ValueError, match=r"'tiny': trace 'a' has zero throughput"):
         TraceSet(**_small(bandwidth=bandwidth))
     with pytest.raises(ValueError, match="labels must have shape"):
         TraceSet(**_small(labels=["a", "b"]))
+    with pytest.raises(ValueError, match="trace ids must be unique"):
+        TraceSet(**_small(trace_ids=["a", "a", "c"]))
+    with pytest.raises(ValueError, match=r"constants\['loss'\] must have shape \(3,\)"):
+        TraceSet(**_small(constants={"loss": np.zeros((3, 2))}))
+    with pytest.raises(ValueError, match=r"trace 'c' has a non-finite or negative value in "
+                                         r"constants\['loss'\]"):
+        TraceSet(**_small(constants={"loss": np.array([0.0, 0.01, -0.1])}))
     # Padding beyond a trace's length is not validated.
     time = np.tile(np.arange(4.0), (3, 1))
     time[0, 3] = 0.0
     TraceSet(**_small(time=time, lengths=np.array([3, 4, 4])))
 
 
-def test_subset_keeps_labels_extras_and_ids(all_splits):
+def test_a_traceset_of_constants_only_is_a_link_tuple_dataset():
+    links = TraceSet("links", constants={"bandwidth": [100.0, 500.0], "loss": [0.0, 0.02]},
+                     trace_ids=["slow", "fast"])
+    assert len(links) == 2 and links.channel_names == ["constants/bandwidth", "constants/loss"]
+    np.testing.assert_array_equal(links.channel("loss"), [0.0, 0.02])
+    with pytest.raises(KeyError, match="has no channel 'latency'; it has constants/bandwidth"):
+        links.channel("latency")
+
+
+def test_save_load_roundtrips_every_channel_kind(tmp_path):
+    traces = TraceSet(**_small(chunks={"ssim_db": np.arange(24.0).reshape(3, 4, 2)},
+                               constants={"period": [5.0, 6.0, 7.0]}, labels=["x", "y", "x"],
+                               meta={"units": {"time": "s"}}))
+    loaded = TraceSet.load(traces.save(tmp_path / "t.npz"))
+    assert loaded.content_hash == traces.content_hash
+    assert loaded.channel_names == traces.channel_names and loaded.meta == traces.meta
+    np.testing.assert_array_equal(loaded.chunks["ssim_db"], traces.chunks["ssim_db"])
+
+
+def test_load_names_the_file_and_the_bad_key(tmp_path):
+    from plume.traces.traceset import TraceSetFileError
+
+    path = TraceSet(**_small()).save(tmp_path / "good.npz")
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    np.savez(tmp_path / "no_ids.npz", **{k: v for k, v in arrays.items() if k != "trace_ids"})
+    with pytest.raises(TraceSetFileError, match=r"no_ids.npz: missing key 'trace_ids'"):
+        TraceSet.load(tmp_path / "no_ids.npz")
+    np.savez(tmp_path / "bad_header.npz", **{**arrays, "header": np.array("{not json")})
+    with pytest.raises(TraceSetFileError, match=r"bad_header.npz: key 'header' is not JSON"):
+        TraceSet.load(tmp_path / "bad_header.npz")
+    bandwidth = arrays["series__bandwidth"].copy()
+    bandwidth[0, 0] = 7.0
+    np.savez(tmp_path / "tampered.npz", **{**arrays, "series__bandwidth": bandwidth})
+    with pytest.raises(TraceSetFileError, match=r"tampered.npz: content hash mismatch"):
+        TraceSet.load(tmp_path / "tampered.npz")
+    (tmp_path / "text.npz").write_text("hello")
+    with pytest.raises(TraceSetFileError, match=r"text.npz: not a TraceSet .npz archive"):
+        TraceSet.load(tmp_path / "text.npz")
+    with pytest.raises(TraceSetFileError, match=r"missing.npz: no such TraceSet file"):
+        TraceSet.load(tmp_path / "missing.npz")
+
+
+def test_subset_keeps_labels_chunks_and_ids(all_splits):
     traces = all_splits[("majority_fast", "test")]
     idx = [999, 0, 500, 0]
     sub = traces.subset(idx)
     assert len(sub) == 4
     np.testing.assert_array_equal(sub.labels, traces.labels[idx])
-    np.testing.assert_array_equal(sub.trace_ids, traces.trace_ids[idx])
-    np.testing.assert_array_equal(sub.extras["video_sizes"], traces.extras["video_sizes"][idx])
+    ids = traces.trace_ids[idx].tolist()
+    assert sub.trace_ids.tolist() == [*ids[:3], ids[3] + "#1"]  # a repeat gets a unique id
+    np.testing.assert_array_equal(sub.chunks["video_sizes"], traces.chunks["video_sizes"][idx])
     assert sub.meta == traces.meta
 
 
@@ -340,11 +393,10 @@ def _trace_sets(draw):
     bandwidth = np.where(valid, rng.uniform(0.1, 5.0, (n, width)), 0.0)
     traces = TraceSet(
         name="prop",
-        time=time,
-        bandwidth=bandwidth,
+        series={"time": time, "bandwidth": bandwidth},
         lengths=lengths,
         labels=np.array([f"k{i % 2}" for i in range(n)]),
-        extras={"side": rng.normal(size=(n, 3))},
+        chunks={"side": rng.normal(size=(n, 3))},
     )
     indices = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=10))
     return traces, indices
@@ -362,8 +414,9 @@ def test_subset_preserves_rows_property(case):
         assert sub.lengths[j] == length
         np.testing.assert_array_equal(sub.bandwidth[j, :length], traces.bandwidth[i, :length])
         np.testing.assert_array_equal(sub.time[j, :length], traces.time[i, :length])
-        assert sub.labels[j] == traces.labels[i] and sub.trace_ids[j] == traces.trace_ids[i]
-        np.testing.assert_array_equal(sub.extras["side"][j], traces.extras["side"][i])
+        assert sub.labels[j] == traces.labels[i]
+        assert sub.trace_ids[j].split("#")[0] == traces.trace_ids[i]
+        np.testing.assert_array_equal(sub.chunks["side"][j], traces.chunks["side"][i])
     # The hash identifies content: the same selection twice hashes alike, and selecting
     # every trace in order reproduces the original hash.
     assert traces.subset(indices).content_hash == sub.content_hash

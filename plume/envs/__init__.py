@@ -1,5 +1,5 @@
-"""Batched numpy simulators with the Gymnasium vector API, and single-copy views."""
+"""Environments: one package per environment, each registering an EnvSpec (registry.py)."""
 
-from plume.envs.tracebench import TraceBenchEnv, TraceBenchVecEnv, transform_reward
+from plume.envs.tracebench.env import TraceBenchEnv, TraceBenchVecEnv, transform_reward
 
 __all__ = ["TraceBenchEnv", "TraceBenchVecEnv", "transform_reward"]

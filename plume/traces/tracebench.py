@@ -14,7 +14,7 @@ paper §3.3 and App. B). The generator keeps the reference's per-step semantics 
 So a window of 3 holds its state for 3 samples and a window of 1 for 1 sample (the window
 std of 0.0125 makes the rounded window deterministic in practice).
 
-Each trace also carries its video, ``extras["video_sizes"]`` of shape (TRACE_LEN, 3): for
+Each trace also carries its video, ``chunks["video_sizes"]`` of shape (TRACE_LEN, 3): for
 every time step one common factor 1 + N(0, 0.01) and one factor 1 + N(0, 0.0005) per
 bitrate, size = bitrate x common x per-bitrate (§1.2).
 
@@ -292,12 +292,11 @@ def _generate(dataset: str, split: str, seed: int) -> tuple[TraceSet, np.ndarray
 
     traces = TraceSet(
         name=f"tracebench/{dataset}/{split}",
-        time=np.broadcast_to(TIME_GRID, (n, TRACE_LEN)),
-        bandwidth=bandwidth,
+        series={"time": np.broadcast_to(TIME_GRID, (n, TRACE_LEN)), "bandwidth": bandwidth},
         lengths=np.full(n, TRACE_LEN, dtype=np.int64),
         labels=labels,
         trace_ids=np.array([f"{dataset}/{split}/{i:04d}" for i in range(n)]),
-        extras={"video_sizes": video_sizes},
+        chunks={"video_sizes": video_sizes},
         meta={
             "generator": "tracebench",
             "dataset": dataset,
@@ -329,7 +328,7 @@ def generate_tracebench(dataset: str, split: str, seed: int = DATASET_SEED) -> T
         A TraceSet named ``"tracebench/<dataset>/<split>"`` with 1000 traces of
         ``TRACE_LEN`` samples, labels from ``KINDS`` (fast traces first, then slow; within
         a speed alternating high-var, low-var), ids ``"<dataset>/<split>/0000"`` and
-        ``extras["video_sizes"]`` of shape (n, TRACE_LEN, 3).
+        ``chunks["video_sizes"]`` of shape (n, TRACE_LEN, 3).
 
     Raises:
         ValueError: unknown dataset or split (the message lists the valid names), or a
@@ -351,6 +350,6 @@ def _cached(dataset: str, split: str, seed: int) -> TraceSet:
 def load_tracebench(dataset: str, split: str, seed: int = DATASET_SEED) -> TraceSet:
     """Like :func:`generate_tracebench`, memoised in-process (generation takes milliseconds,
     so there is no disk cache). The returned TraceSet is shared between callers: its arrays
-    are read-only; do not mutate its ``extras`` or ``meta`` dicts."""
+    are read-only; do not mutate its ``chunks`` or ``meta`` dicts."""
     _check_names(dataset, split)
     return _cached(dataset, split, _check_seed(seed))

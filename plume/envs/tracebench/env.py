@@ -6,7 +6,7 @@ Semantics follow the reference ``ToyABREnv`` + ``ToyABRWrapper`` (plume-referenc
 Dynamics (one step = one video chunk)
 -------------------------------------
 * Action: ``Discrete(3)``, the bitrate index into ``BITRATES`` = [1, 3, 6].
-* The chunk of ``extras["video_sizes"][trace, video_idx, action]`` (throughput x seconds
+* The chunk of ``chunks["video_sizes"][trace, video_idx, action]`` (throughput x seconds
   units) is downloaded through the throughput trace. **Forward convention**:
   ``bandwidth[j]`` holds on ``[time[j], time[j+1])``; the last sample holds for 1 s; the trace
   then loops, so its period is ``time[L-1] - time[0] + 1``.
@@ -57,18 +57,9 @@ mask is False. In training mode the sampler receives
 finished episode, before the copy draws its next trace with ``sampler.sample_many``. Test mode
 never calls ``update``. Episodes cut short by ``reset()`` are not reported.
 
-Implementation (simulators.md §5.1, forward convention): a copy's state is its *unwrapped*
-trace time ``tau`` (position ``tau mod period``). Per-trace cumulative payload tables give
-``bytes_at(tau)`` (payload deliverable by ``tau``, whole periods included) and its inverse
-``time_at(bytes)``; a download is ``tau1 = time_at(bytes_at(tau) + size)``, and
-zero-throughput slots are skipped automatically (the payload is flat there). Both look-ups need
-each copy's slot in its own trace. Rather than one ``np.searchsorted`` over all traces
-concatenated with offsets (about 100 ns per query, dominated by branch mispredictions and
-cache misses), ``_TraceTables`` gives a bucketed, branchless binary search over padded
-per-trace rows: one or two halving steps for TraceBench's regular grid, all copies at once.
-A download within ``COMPLETE_TOL`` = 1e-8 size units of complete at a slot end completes at
-that slot end, as in the reference loop (``while size > 1e-8``); this also keeps float
-rounding from pushing a completion across a following zero-throughput slot.
+Implementation: a copy's state is its *unwrapped* trace time ``tau`` (position
+``tau mod period``); downloads are ``plume.envs.replay.BatchedDownload`` look-ups in per-trace
+cumulative payload tables (simulators.md §5.1, forward convention, exact to 1e-8).
 
 Deliberate changes from the reference
 -------------------------------------
@@ -107,6 +98,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from plume.envs.replay import COMPLETE_TOL, BatchedDownload, PayloadTables
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
 from plume.traces.tracebench import BITRATES
 from plume.traces.traceset import TraceSet
@@ -133,11 +125,6 @@ DELAY_NOISE = (0.03, 0.95, 1.05)
 BUFFER_NOISE = (0.005, 0.98, 1.02)
 """Training buffer-cap noise: clip(1 + N(0, std), low, high)."""
 MAX_STALL = 100.0
-_TINY = float(np.finfo(np.float64).tiny)
-COMPLETE_TOL = 1e-8
-"""A download within this many size units of complete at the end of a slot (or of the trace
-period) completes at that slot end, the remainder dropped, and not after a following
-zero-throughput slot: the reference loop's ``while size > 1e-8``."""
 
 
 def transform_reward(r: float | np.ndarray) -> float | np.ndarray:
@@ -176,96 +163,11 @@ def _child_seeds(seed: int | np.random.SeedSequence | None, count: int):
     ]
 
 
-class _TraceTables:
-    """Per-trace cumulative payload tables and bucket indexes for a batched row search.
-
-    Row r of every flat table holds trace r's slots in ``stride`` entries, so copy c's slot j
-    lives at ``r * stride + j``; search keys are padded with +inf. Two searches per step:
-
-    * ``bytes_at``: slot of a time x in [0, period): the number of slot starts <= x, minus 1;
-    * ``time_at``: slot in which a payload y in (0, total] completes: the number of slot-end
-      payloads < y.
-
-    Each is a bucketed, branchless binary search: ``buckets`` equal-width buckets per trace
-    give a lower bound of the answer (a global index, row base included) and the widest
-    bucket range fixes the number of halving steps, so a near-uniform grid needs one or two
-    steps instead of log2(L). Bucket bounds carry a margin of 1e-9 of the span, far above the
-    rounding of the bucket computation.
-    """
-
-    def __init__(self, traces: TraceSet) -> None:
-        n, width = traces.time.shape
-        lengths = traces.lengths
-        valid = np.arange(width)[None, :] < lengths[:, None]
-        rows = np.arange(n)
-        local = traces.time - traces.time[:, :1]  # slot start times, each trace from 0
-        widths = np.zeros((n, width))
-        widths[:, :-1] = np.diff(local, axis=1)
-        widths[rows, lengths - 1] = 1.0  # the last sample holds for one second
-        bandwidth = np.where(valid, traces.bandwidth, 0.0)
-        payload = np.where(valid, bandwidth * widths, 0.0)
-        end = np.cumsum(payload, axis=1)  # payload delivered by the end of each slot
-        self.period = local[rows, lengths - 1] + 1.0
-        self.total = end[rows, lengths - 1]
-        self.local_time = np.where(valid, local, 0.0)  # (n, W), for reset positions
-
-        buckets = min(2 * width, 512)  # bounded memory for long traces (more steps there)
-        self.buckets = buckets
-        time_lo, time_range = self._buckets(local, lengths, self.period, buckets, "right")
-        pay_lo, pay_range = self._buckets(end, lengths, self.total, buckets, "left")
-        self.time_steps = self._steps(time_range)
-        self.payload_steps = self._steps(pay_range)
-        reach = max([1, *self.time_steps, *self.payload_steps]) * 2
-        self.stride = width + reach  # probes may read up to 2 * largest step past a row end
-        self.time_lo = (time_lo + (rows * self.stride)[:, None]).reshape(-1)
-        self.payload_lo = (pay_lo + (rows * self.stride)[:, None]).reshape(-1)
-
-        def padded(values: np.ndarray, fill: float) -> np.ndarray:
-            out = np.full((n, self.stride), fill)
-            out[:, :width] = np.where(valid, values, fill)
-            return out.reshape(-1)
-
-        key_time = padded(local, np.inf)
-        key_payload = padded(end, np.inf)
-        # Views shifted by step - 1: ``take(view, g)`` probes key[g + step - 1].
-        self.time_probes = [key_time[step - 1 :] for step in self.time_steps]
-        self.payload_probes = [key_payload[step - 1 :] for step in self.payload_steps]
-        # Slot data gathered together (one cache line per copy): start time, payload
-        # delivered by the slot start, throughput, end time.
-        self.slot = np.ascontiguousarray(
-            np.stack([padded(local, 0.0), padded(end - payload, 0.0), padded(bandwidth, 1.0),
-                      padded(local + widths, 0.0)], axis=1)
-        )
-
-    @staticmethod
-    def _buckets(keys, lengths, spans, buckets, side):
-        """Per trace and bucket q (of width span / buckets, plus one overflow bucket): a lower
-        bound of the count (side "right": keys <= v; "left": keys < v) for any v in the
-        bucket, and the widest gap between that bound and the upper one."""
-        n = len(lengths)
-        lo = np.empty((n, buckets + 1), dtype=np.int64)
-        widest = 0
-        steps = np.arange(buckets + 2)
-        for r in range(n):
-            row = keys[r, : lengths[r]]
-            edges = steps * (spans[r] / buckets)
-            margin = 1e-9 * spans[r]
-            lo[r] = np.searchsorted(row, edges[:-1] - margin, side="left")
-            hi = np.searchsorted(row, edges[1:] + margin, side=side)
-            widest = max(widest, int((hi - lo[r]).max()))
-        return lo, widest
-
-    @staticmethod
-    def _steps(widest: int) -> list[int]:
-        """Halving steps whose sum (2**levels - 1) covers ``widest``."""
-        return [1 << k for k in reversed(range(int(widest).bit_length()))]
-
-
 class TraceBenchVecEnv(VectorEnv):
     """N TraceBench copies in lockstep; Gymnasium vector API with same-step autoreset.
 
     Args:
-        traces: the TraceSet to replay; needs ``extras["video_sizes"]`` of shape
+        traces: the TraceSet to replay; needs ``chunks["video_sizes"]`` of shape
             (n_traces, n_chunks, 3), finite and positive.
         n_envs: number of copies; defaults to ``len(traces)`` in test mode (required in train
             mode).
@@ -325,16 +227,16 @@ class TraceBenchVecEnv(VectorEnv):
             raise ValueError(f"history_len must be an int >= 1, got {history_len}")
         if int(min_trace_len) != min_trace_len or min_trace_len < 1:
             raise ValueError(f"min_trace_len must be an int >= 1, got {min_trace_len}")
-        sizes = traces.extras.get("video_sizes")
+        sizes = traces.chunks.get("video_sizes")
         if sizes is None:
             raise ValueError(
-                f"TraceSet {traces.name!r} has no extras['video_sizes'] (n_traces, n_chunks, "
+                f"TraceSet {traces.name!r} has no chunks['video_sizes'] (n_traces, n_chunks, "
                 f"{len(BITRATES)}); TraceBench needs the chunk sizes of every trace"
             )
         sizes = np.asarray(sizes, dtype=np.float64)
         if sizes.ndim != 3 or sizes.shape[0] != n_traces or sizes.shape[2] != len(BITRATES):
             raise ValueError(
-                f"TraceSet {traces.name!r}: extras['video_sizes'] must have shape "
+                f"TraceSet {traces.name!r}: chunks['video_sizes'] must have shape "
                 f"({n_traces}, n_chunks, {len(BITRATES)}), got {sizes.shape}"
             )
         if sizes.shape[1] < 2:
@@ -343,7 +245,7 @@ class TraceBenchVecEnv(VectorEnv):
             )
         if not np.all(np.isfinite(sizes) & (sizes > 0)):
             raise ValueError(
-                f"TraceSet {traces.name!r}: extras['video_sizes'] must be finite and positive"
+                f"TraceSet {traces.name!r}: chunks['video_sizes'] must be finite and positive"
             )
         if sampler is not None:
             if not isinstance(sampler, TraceSampler):
@@ -366,11 +268,7 @@ class TraceBenchVecEnv(VectorEnv):
         self.sampler: TraceSampler = sampler  # type: ignore[assignment]  (set by _seed)
 
         # Static tables.
-        self._tab = _TraceTables(traces)
-        tab = self._tab
-        self._per_trace = np.stack(  # float state rows 7-10 of a copy playing each trace
-            [tab.period, tab.total, tab.buckets / tab.period, tab.buckets / tab.total], axis=1
-        )
+        self._tables = PayloadTables(traces)
         self._n_chunks = sizes.shape[1]
         self._sizes = np.ascontiguousarray(sizes.reshape(-1, len(BITRATES)))  # row: chunk
         self._n_starts = np.maximum(
@@ -434,13 +332,12 @@ class TraceBenchVecEnv(VectorEnv):
         f = lambda: np.zeros(n, dtype=np.float64)
         i = lambda: np.zeros(n, dtype=np.int64)
         # Episode state, stacked so that a reset and the episode report are a few fancy ops.
-        # Float rows 0-5 restart at zero; rows 7-10 are per-trace constants (self._per_trace).
-        self._fstate = np.zeros((11, n))
-        (self._ret, self._ret_t, self._qsum, self._ssum, self._buf, self._notfirst, self._tau,
-         self._period, self._total, self._time_scale, self._payload_scale) = self._fstate
+        # Float rows 0-5 restart at zero; row 6 is the unwrapped trace time.
+        self._fstate = np.zeros((7, n))
+        (self._ret, self._ret_t, self._qsum, self._ssum, self._buf, self._notfirst,
+         self._tau) = self._fstate
         self._istate = np.zeros((4, n), dtype=np.int64)  # rows 0-1 are reported per episode
         self._eplen, self._trace, self._vidx, self._vrow = self._istate
-        self._bucket_base = i()
         self._rewbuf = np.zeros((n, self._n_chunks)) if self._train else None
         self._rewflat = None if self._rewbuf is None else self._rewbuf.reshape(-1)
         self._rew_rows = np.arange(n, dtype=np.int64) * self._n_chunks
@@ -449,10 +346,10 @@ class TraceBenchVecEnv(VectorEnv):
         # Per-step results and scratch space.
         self._delay, self._stall, self._last_buffer, self._sleep = f(), f(), f(), f()
         self._size, self._quality, self._raw, self._last_trace = f(), f(), f(), i()
-        self._k, self._x, self._b, self._y, self._t1 = f(), f(), f(), f(), f()
+        self._t1 = f()
+        self._download = BatchedDownload(self._tables, n)
         self._s1, self._s2 = f(), f()
-        self._idx, self._g, self._key, self._bucket = i(), i(), f(), i()
-        self._hit = np.zeros(n, dtype=bool)
+        self._idx = i()
         self._noise = np.zeros((2, n), dtype=np.float64)
         self._delay_noise, self._buffer_noise = self._noise[0], self._noise[1]
         self._noise_std = np.array([[DELAY_NOISE[0]], [BUFFER_NOISE[0]]])
@@ -464,8 +361,6 @@ class TraceBenchVecEnv(VectorEnv):
         self._chunk_flat = self._chunk.reshape(-1)
         self._chunk_rows = np.arange(n, dtype=np.int64) * len(BITRATES)
         self._next = np.zeros((n, len(BITRATES)))
-        self._slot = np.zeros((n, 4))
-        self._slot_cols = [self._slot[:, j] for j in range(4)]
         h5 = 5 * self.history_len
         # (obs, previous history to shift, shifted history, newest row, next sizes) by parity.
         self._views = [
@@ -536,55 +431,15 @@ class TraceBenchVecEnv(VectorEnv):
             raise RuntimeError("call reset() before step() (and after an episode ends when "
                                "autoreset is off)")
         a = self._check_actions(actions)
-        tab = self._tab
-        tau, k, x, b, y, t1 = self._tau, self._k, self._x, self._b, self._y, self._t1
-        s1, s2, idx, g = self._s1, self._s2, self._idx, self._g
-        period, total = self._period, self._total
+        tau, t1 = self._tau, self._t1
+        s1, s2, idx = self._s1, self._s2, self._idx
         delay, stall, buf, sleep = self._delay, self._stall, self._buf, self._sleep
         size = self._size
 
         # Chunk size, from the current chunk's sizes (gathered when the chunk came up).
         np.add(self._chunk_rows, a, out=idx)
         self._chunk_flat.take(idx, out=size, mode="clip")
-        slot, slot_start, slot_payload, slot_bw, slot_end = self._slot, *self._slot_cols
-
-        # bytes_at(tau): k whole periods, x into the current one; slot = count(starts <= x) - 1.
-        np.divide(tau, period, out=k)
-        np.floor(k, out=k)
-        np.multiply(k, period, out=x)
-        np.subtract(tau, x, out=x)
-        np.maximum(x, 0.0, out=x)
-        self._search(x, self._time_scale, tab.time_lo, tab.time_probes, tab.time_steps,
-                     np.less_equal)  # g = row base + count
-        g -= 1
-        tab.slot.take(g, axis=0, out=slot, mode="clip")
-        np.subtract(x, slot_start, out=s1)
-        s1 *= slot_bw
-        s1 += slot_payload
-        np.multiply(k, total, out=b)
-        b += s1
-        b += size  # payload position at which the chunk is complete
-        b -= COMPLETE_TOL  # searched 1e-8 early: see COMPLETE_TOL (wraps included)
-
-        # time_at(b): k whole payload periods and y in (0, total]; slot = count(ends < y).
-        # y is clamped to (0, total] against rounding, so the slot found has throughput > 0.
-        np.divide(b, total, out=k)
-        np.ceil(k, out=k)
-        k -= 1.0
-        np.multiply(k, total, out=y)
-        np.subtract(b, y, out=y)
-        np.maximum(y, _TINY, out=y)
-        np.minimum(y, total, out=y)
-        self._search(y, self._payload_scale, tab.payload_lo, tab.payload_probes,
-                     tab.payload_steps, np.less)
-        tab.slot.take(g, axis=0, out=slot, mode="clip")
-        np.subtract(y, slot_payload, out=t1)
-        t1 += COMPLETE_TOL
-        t1 /= slot_bw
-        t1 += slot_start
-        np.minimum(t1, slot_end, out=t1)  # a remainder <= 1e-8 at the slot end is dropped
-        np.multiply(k, period, out=s1)
-        t1 += s1  # unwrapped time at which the download completes
+        self._download.finish_time(tau, size, out=t1)
         np.subtract(t1, tau, out=delay)
 
         if self._train:
@@ -674,20 +529,6 @@ class TraceBenchVecEnv(VectorEnv):
         infos["_trace"] = np.ones(self.num_envs, dtype=bool)
         return self._obs.copy(), rt, done.copy(), np.zeros(self.num_envs, dtype=bool), infos
 
-    def _search(self, value: np.ndarray, scale: np.ndarray, lower: np.ndarray,
-                probes: list[np.ndarray], steps: list[int], keep) -> None:
-        """Bucketed branchless search of every copy's own row (see ``_TraceTables``):
-        ``self._g`` = row base + number of keys k with ``keep(k, value)``."""
-        g, key, hit, bucket = self._g, self._key, self._hit, self._bucket
-        np.multiply(value, scale, out=key)  # value / bucket width, >= 0
-        np.copyto(bucket, key, casting="unsafe")  # truncation = floor
-        bucket += self._bucket_base
-        lower.take(bucket, out=g, mode="clip")
-        for probe, step in zip(probes, steps):
-            probe.take(g, out=key, mode="clip")
-            keep(key, value, out=hit)
-            np.add(g, step, out=g, where=hit)
-
     def _trace_info(self) -> dict[str, np.ndarray]:
         return {"trace": self._trace.copy(), "_trace": np.ones(self.num_envs, dtype=bool)}
 
@@ -735,13 +576,12 @@ class TraceBenchVecEnv(VectorEnv):
         else:
             start = self._rng.integers(0, self._n_starts[new])
         self._fstate[:6, ids] = 0.0  # returns, buffer, "not first chunk"
-        self._fstate[7:, ids] = self._per_trace[new].T
-        self._tau[ids] = self._tab.local_time[new, start]
+        self._download.assign(ids, new)
+        self._tau[ids] = self._tables.local_time[new, start]
         self._eplen[ids] = 0
         self._trace[ids] = new
         self._vidx[ids] = start
         self._vrow[ids] = new * self._n_chunks + start
-        self._bucket_base[ids] = new * (self._tab.buckets + 1)
         h5 = 5 * self.history_len
         self._obs[ids, :h5] = 0.0
         chunk = self._sizes[self._vrow[ids]]
