@@ -125,7 +125,7 @@ def test_normalisation_arithmetic_by_hand(tmp_path):
     assert np.allclose(normalise(scores)["score"], 0.5)
     with pytest.raises(ValueError, match="ceiling"):
         Normalisation(2.0, 1.0, "upside down")
-    with pytest.raises(ReportStatsError, match="no normalisation for environment 'cc'"):
+    with pytest.raises(ReportStatsError, match="runs of environment .cc. record no normalisation"):
         normalise(scores.assign(env="cc"))
 
 

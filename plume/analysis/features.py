@@ -72,6 +72,7 @@ __all__ = [
     "feature_name",
     "impute",
     "resolve_feature_set",
+    "resample_forward",
     "spread_features",
 ]
 
@@ -537,15 +538,53 @@ def compute_features(
     *,
     impute: bool = False,
     kind: str = "throughput",
+    channel: str = "bandwidth",
+    resample_s: float = 0.0,
 ) -> pd.DataFrame:
     """Candidate features of every trace: a DataFrame (rows = traces by id, columns = names).
+
+    ``channel`` names the series featurised; ``resample_s`` > 0 first puts every trace on a
+    grid of that step (:func:`resample_forward`), 0 keeps the raw samples.
 
     ``feature_set`` is a key of :data:`FEATURE_SETS` or a list of ``(calculator, params)``.
     NaNs are kept (as tsfresh without an impute function) unless ``impute=True``.
     """
-    names, matrix = compute_feature_matrix(traces.bandwidth, traces.lengths, feature_set, kind)
+    if channel not in traces.series:
+        raise ValueError(f"TraceSet {traces.name!r} has no series channel {channel!r} to "
+                         f"featurise; it has {', '.join(traces.channel_names) or 'none'}")
+    values, lengths = traces.series[channel], traces.lengths
+    if resample_s:
+        values, lengths = resample_forward(traces.time, values, lengths, resample_s)
+    names, matrix = compute_feature_matrix(values, lengths, feature_set, kind)
     frame = pd.DataFrame(matrix, columns=names, index=pd.Index(traces.trace_ids, name="id"))
     return _impute(frame) if impute else frame
+
+
+MAX_RESAMPLE_SECONDS = 10_000.0
+"""The reference featurises at most 10,000 s of a trace (plume-reference-code.md §2.2)."""
+
+
+def resample_forward(time: np.ndarray, values: np.ndarray, lengths: np.ndarray,
+                     step: float) -> tuple[np.ndarray, np.ndarray]:
+    """Values on the grid ``0, step, 2 step, ...`` (forward convention: a grid point takes the
+    sample in force there), covering each trace's samples up to ``MAX_RESAMPLE_SECONDS``.
+
+    Returns the padded (n, G) grid values and the (n,) grid lengths. Unlike the reference
+    (which rounds each sample time to the grid and drops a random prefix with the unseeded
+    global RNG), every trace is resampled from its start, deterministically."""
+    n = len(lengths)
+    rows = np.arange(n)
+    start = time[:, 0]
+    span = np.minimum(time[rows, lengths - 1] - start, MAX_RESAMPLE_SECONDS)
+    grid_lengths = np.floor(span / step + 1e-9).astype(np.int64) + 1
+    width = int(grid_lengths.max())
+    grid = np.arange(width) * step
+    out = np.zeros((n, width))
+    for i in range(n):  # one searchsorted per trace: fast enough for stage 1 (done once)
+        points = grid[: grid_lengths[i]]
+        slot = np.searchsorted(time[i, : lengths[i]] - start[i], points + 1e-9, side="right") - 1
+        out[i, : grid_lengths[i]] = values[i, slot]
+    return out, grid_lengths
 
 
 def impute(features: pd.DataFrame) -> pd.DataFrame:

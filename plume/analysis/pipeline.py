@@ -83,6 +83,11 @@ class AnalysisSettings:
         min_cluster_fraction: a clustering whose smallest cluster holds <= this share of the
             traces scores -1 (reference 0.0001, inert below 10,000 traces; see choose_k).
         seed: shifts every restart and tree seed (0 = the reference's seeds).
+        channel: the series channel featurised ("bandwidth": ABR's throughput).
+        resample_s: featurise on a grid of this many seconds (forward fill, at most
+            ``MAX_RESAMPLE_SECONDS`` per trace; the reference's Puffer rule, 0.5 s), so traces
+            with mixed sampling intervals get comparable features; 0 = the raw samples
+            (TraceBench, whose grid is regular).
     """
 
     feature_set: str | tuple = "tracebench"
@@ -95,6 +100,8 @@ class AnalysisSettings:
     restarts: int = 75
     min_cluster_fraction: float = 0.01
     seed: int = 0
+    channel: str = "bandwidth"
+    resample_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "feature_set", _freeze_feature_set(self.feature_set))
@@ -123,6 +130,9 @@ class AnalysisSettings:
             )
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if not (self.resample_s >= 0 and np.isfinite(self.resample_s)):
+            raise ValueError(f"resample_s must be >= 0 seconds (0 = raw samples), "
+                             f"got {self.resample_s}")
 
     @classmethod
     def preset(cls, env: str, **overrides: Any) -> AnalysisSettings:
@@ -236,7 +246,7 @@ class TraceAnalysis:
         """Cluster of each trace of another split (e.g. a test set): the nearest cluster
         centroid in this analysis's standardised kept-feature space (training statistics).
         It lets results on held-out traces be broken down by the training clusters."""
-        new = impute(compute_features(traces, self.settings.feature_set))[self.kept].to_numpy()
+        new = impute(_features(traces, self.settings))[self.kept].to_numpy()
         train = self.features[self.kept].to_numpy(dtype=np.float64)
         std = train.std(axis=0)
         z = (new - train.mean(axis=0)) / np.where(std > 0, std, 1.0)
@@ -377,6 +387,12 @@ def analyze(traces: TraceSet, settings: AnalysisSettings = AnalysisSettings(),
     return result
 
 
+def _features(traces: TraceSet, settings: AnalysisSettings):
+    """Candidate features of the settings' channel, resampled when the settings say so."""
+    return compute_features(traces, settings.feature_set, channel=settings.channel,
+                            resample_s=settings.resample_s)
+
+
 def _compute(traces: TraceSet, settings: AnalysisSettings) -> TraceAnalysis:
     n = len(traces)
     if n < settings.max_k:
@@ -390,7 +406,7 @@ def _compute(traces: TraceSet, settings: AnalysisSettings) -> TraceAnalysis:
     timings: dict[str, float] = {}
     start = time.perf_counter()
 
-    raw = compute_features(traces, settings.feature_set)
+    raw = _features(traces, settings)
     values = raw.to_numpy()
     for name, bad in zip(raw.columns, (~np.isfinite(values)).sum(axis=0)):
         if bad:

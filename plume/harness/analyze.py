@@ -2,26 +2,33 @@
 
     plume-analyze env.dataset=majority_fast
     plume-analyze env.dataset=balanced analysis=kmeans
+    plume-analyze env=abr                       # the synthetic Puffer-like sessions
+    plume-analyze env=abr env.variant=pensieve env.dataset=path/to/cooked env.trace_format=cooked
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from plume.harness.datasets import check_dataset, load_dataset
-from plume.harness.schema import ConfigError, analysis_settings
+from plume.harness.datasets import load_dataset
+from plume.harness.schema import ConfigError, analysis_settings, env_section
 from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="analyze")
 def main(cfg: DictConfig) -> None:
     out = Path(HydraConfig.get().runtime.output_dir)
-    print(report(cfg, out))
+    try:
+        print(report(cfg, out))
+    except ConfigError as err:  # the user's mistake: one line, no traceback
+        print(f"plume-analyze: error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 def report(cfg: DictConfig, out: Path) -> str:
@@ -31,9 +38,12 @@ def report(cfg: DictConfig, out: Path) -> str:
 
     if cfg.split not in ("train", "test"):
         raise ConfigError(f"split must be 'train' or 'test', got {cfg.split!r}")
-    check_dataset(cfg.env.name, cfg.env.dataset, cfg.env.get("trace_format"), key="env.dataset")
-    settings = analysis_settings(cfg.analysis)
-    traces = load_dataset(cfg.env.name, cfg.env.dataset, cfg.split)
+    env, spec, _ = env_section(cfg.env)
+    settings = analysis_settings(cfg.analysis, spec.analysis)
+    try:
+        traces = load_dataset(spec, env.dataset, cfg.split, env.trace_format)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     result = analyze(traces, settings, cache_dir=Path(cfg.paths.cache))
 
     lines = [

@@ -1,40 +1,68 @@
-"""Resolve ``env.dataset`` / ``env.test_sets`` entries to TraceSets: built-in names or files."""
+"""Resolve ``env.dataset`` / ``env.test_sets`` entries to TraceSets through the EnvSpec.
+
+An entry is a built-in dataset name of the environment or a path to trace files read by the
+loader ``env.trace_format`` names (``plume.traces.loaders``). A user dataset is tested on its
+own test split unless ``env.test_sets`` names other sets: never silently on synthetic traces.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from plume.envs.registry import EnvSpec
 from plume.harness.schema import ConfigError
 from plume.traces import TraceSet
-from plume.traces.tracebench import DATASETS as TRACEBENCH_DATASETS
-from plume.traces.tracebench import load_tracebench
-
-BUILTIN = {"tracebench": tuple(TRACEBENCH_DATASETS)}
 
 
-def check_dataset(env: str, dataset: str, trace_format: str | None, key: str) -> None:
-    """Fail with a message naming ``key`` unless ``dataset`` is built in or an existing file."""
-    builtin = BUILTIN.get(env, ())
-    if dataset in builtin:
+def is_builtin(spec: EnvSpec, dataset: str) -> bool:
+    return dataset in spec.datasets
+
+
+def check_dataset(spec: EnvSpec, dataset: str, trace_format: str | None, key: str) -> None:
+    """Fail with a message naming ``key`` unless ``dataset`` is built in or readable files."""
+    if is_builtin(spec, dataset):
         return
     path = Path(dataset).expanduser()
-    if path.exists():
-        if trace_format is not None:
-            raise ConfigError(
-                f"{key}: trace_format={trace_format!r} loaders are not available yet; "
-                "give a TraceSet .npz (TraceSet.save) with trace_format=null"
-            )
-        if path.suffix != ".npz":
-            raise ConfigError(f"{key}: {path} is not a TraceSet .npz file")
-        return
-    raise ConfigError(
-        f"{key}={dataset!r} is neither a built-in {env} dataset "
-        f"({', '.join(builtin) or 'none'}) nor an existing file"
-    )
+    if not path.exists():
+        raise ConfigError(
+            f"{key}={dataset!r} is neither a built-in {spec.name} dataset "
+            f"({', '.join(spec.datasets) or 'none'}) nor an existing file or directory")
+    fmt = trace_format or ("npz" if path.suffix == ".npz" else None)
+    if fmt is None:
+        raise ConfigError(
+            f"{key}={dataset!r} is a path: say how to read it with env.trace_format="
+            f"{'|'.join(spec.trace_formats)}")
+    if fmt not in spec.trace_formats:
+        raise ConfigError(
+            f"env.trace_format={fmt!r}: env {spec.name!r} replays "
+            f"{', '.join(spec.trace_formats)} traces")
 
 
-def load_dataset(env: str, dataset: str, split: str) -> TraceSet:
-    """The ``split`` of a built-in dataset, or the TraceSet stored at path ``dataset``."""
-    if dataset in BUILTIN.get(env, ()):
-        return load_tracebench(dataset, split)
-    return TraceSet.load(Path(dataset).expanduser())
+def default_test_sets(spec: EnvSpec, dataset: str) -> list[str]:
+    """The built-in dataset's own test sets, or the test split of a user dataset."""
+    return spec.builtin_test_sets(dataset) if is_builtin(spec, dataset) else [dataset]
+
+
+def load_dataset(spec: EnvSpec, dataset: str, split: str,
+                 trace_format: str | None = None) -> TraceSet:
+    """The ``split`` of a built-in dataset, or of the trace files at path ``dataset``."""
+    if is_builtin(spec, dataset):
+        return spec.load_builtin(dataset, split)
+    from plume.traces.loaders import load_traces
+
+    path = Path(dataset).expanduser()
+    return load_traces(path, trace_format or "npz", split)
+
+
+def describe_test_set(spec: EnvSpec, dataset: str, trace_format: str | None) -> str:
+    """One line saying where a test set comes from (printed by every run)."""
+    if is_builtin(spec, dataset):
+        return f"{dataset}: built-in {spec.name} dataset, its test split"
+    from plume.traces.loaders import describe_split
+
+    return describe_split(Path(dataset).expanduser(), trace_format or "npz")
+
+
+def test_set_name(spec: EnvSpec, dataset: str) -> str:
+    """The name of a test set in eval.parquet and logs: the dataset name or the path's stem."""
+    return dataset if is_builtin(spec, dataset) else Path(dataset).expanduser().resolve().stem

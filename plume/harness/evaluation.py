@@ -1,19 +1,25 @@
 """Greedy evaluation: every trace of every test set played once, all traces of a set stepped
-as one batch (so an evaluation point costs about one episode of wall time per test set)."""
+as one batch (so an evaluation point costs about one episode of wall time per test set).
+
+The environment is built and read only through its EnvSpec: ``make(..., mode="test")`` and
+the episode fields and score the spec names. Learned policies and classic controllers are
+evaluated by the same loop.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
 
-from plume.envs import TraceBenchVecEnv
+from plume.envs.registry import EnvSpec
 from plume.sampling import TraceSampler
 from plume.traces import TraceSet
 
 Policy = Callable[[np.ndarray], np.ndarray]
-EPISODE_FIELDS = ("return", "return_transformed", "quality", "stall", "length")
+MAX_EVAL_STEPS = 1_000_000
+"""Batched steps after which an evaluation that has not finished every trace is an error."""
 
 
 class Evaluator:
@@ -22,22 +28,23 @@ class Evaluator:
     ``clusters`` maps a test set to each of its traces' training cluster (from the stage 1-2
     analysis of the training set), recorded so results can be broken down by cluster."""
 
-    def __init__(self, test_sets: dict[str, TraceSet],
-                 clusters: dict[str, np.ndarray] | None = None, **env_kwargs) -> None:
+    def __init__(self, spec: EnvSpec, test_sets: dict[str, TraceSet], params: Any,
+                 clusters: dict[str, np.ndarray] | None = None) -> None:
+        self.spec = spec
         self.test_sets = test_sets
         self.clusters = clusters or {}
         self.envs = {
-            name: TraceBenchVecEnv(traces, mode="test", **env_kwargs)
+            name: spec.make(traces, None, None, mode="test", seed=None, params=params)
             for name, traces in test_sets.items()
         }
 
     def evaluate(self, policy: Policy, **columns) -> pd.DataFrame:
-        """One row per (test set, trace) with the episode's return and its components;
-        ``columns`` (progress, env_steps, ...) are repeated on every row."""
+        """One row per (test set, trace) with the episode's fields and score; ``columns``
+        (progress, env_steps, ...) are repeated on every row."""
         frames = []
         for name, env in self.envs.items():
             traces = self.test_sets[name]
-            results = play_every_trace_once(env, policy)
+            episodes = play_every_trace_once(env, policy, [m.name for m in self.spec.episode_fields])
             frame = pd.DataFrame(
                 {
                     "test_set": name,
@@ -45,27 +52,28 @@ class Evaluator:
                     "trace_id": traces.trace_ids,
                     "label": traces.labels if traces.labels is not None else None,
                     "cluster": self.clusters.get(name, pd.NA),
-                    **results,
+                    **self.spec.episode_columns(episodes),
                 }
             )
             frames.append(frame.assign(**columns))
         return pd.concat(frames, ignore_index=True)
 
 
-def play_every_trace_once(env: TraceBenchVecEnv, policy: Policy) -> dict[str, np.ndarray]:
-    """Step a test-mode env until each copy finished one episode; results indexed by trace."""
+def play_every_trace_once(env, policy: Policy, fields: list[str]) -> dict[str, np.ndarray]:
+    """Step a test-mode env until each copy finished one episode; ``fields`` of
+    ``info["episode"]`` indexed by trace."""
     n = len(env.trace_set)
     if env.num_envs != n:
         raise ValueError(f"a test env needs one copy per trace ({n}), has {env.num_envs}")
-    results = {key: np.full(n, np.nan) for key in EPISODE_FIELDS}
+    results = {key: np.full(n, np.nan) for key in fields}
     finished = np.zeros(n, dtype=bool)
     obs, _ = env.reset()
-    for _ in range(4 * int(env.trace_set.lengths.max()) + 8):
+    for _ in range(MAX_EVAL_STEPS):
         obs, _, terminated, truncated, info = env.step(policy(obs))
         if "_episode" in info:
             done = info["_episode"] & ~finished
             traces = info["episode"]["trace"][done]
-            for key in EPISODE_FIELDS:
+            for key in fields:
                 results[key][traces] = info["episode"][key][done]
             finished[traces] = True
         if finished.all():

@@ -62,6 +62,12 @@ class RunDirectory:
         _atomic_write(self.path / STATUS, lambda tmp: tmp.write_text(text + "\n"))
         return status
 
+    def write_json(self, name: str, content: dict[str, Any]) -> Path:
+        path = self.path / name
+        text = json.dumps(content, indent=2, default=str)
+        _atomic_write(path, lambda tmp: tmp.write_text(text + "\n"))
+        return path
+
     def reset_train_log(self) -> None:
         (self.path / TRAIN_LOG).unlink(missing_ok=True)
 

@@ -33,13 +33,16 @@ class TrainSection:
 
 @dataclass
 class EnvSection:
+    """The keys every environment has; its own keys are checked by its EnvSpec's ``params``."""
+
     name: str = "tracebench"
     dataset: str = "majority_fast"
     trace_format: Optional[str] = None
     n_envs: int = 64
-    test_sets: list[str] = field(default_factory=list)
-    quality_weight: float = 1.0
-    rebuf_weight: float = 6.0
+    test_sets: Optional[list[str]] = None
+
+
+ENV_KEYS = tuple(f.name for f in fields(EnvSection))
 
 
 @dataclass
@@ -66,6 +69,8 @@ class JobConfig:
     overwrite: bool
     train: TrainSection
     env: EnvSection
+    env_spec: Any  # plume.envs.registry.EnvSpec
+    env_params: Any  # the spec's params dataclass
     algo_name: str
     algo: PPOConfig
     sampler_name: str
@@ -76,7 +81,6 @@ class JobConfig:
 
 
 ALGORITHMS = {"ppo": PPOConfig}
-ENVIRONMENTS = ("tracebench",)
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -122,17 +126,7 @@ def validate(cfg: DictConfig) -> JobConfig:
     if train.torch_threads < 1:
         raise ConfigError(f"train.torch_threads must be >= 1, got {train.torch_threads}")
 
-    env = _typed("env", EnvSection, cfg.get("env"))
-    _choice("env", env.name, ENVIRONMENTS)
-    if env.n_envs < 1:
-        raise ConfigError(f"env.n_envs must be >= 1, got {env.n_envs}")
-    if not env.test_sets:
-        raise ConfigError("env.test_sets is empty: name at least one test set to evaluate on")
-    from plume.harness.datasets import check_dataset  # late: keeps schema import light
-
-    check_dataset(env.name, env.dataset, env.trace_format, key="env.dataset")
-    for i, name in enumerate(env.test_sets):
-        check_dataset(env.name, name, env.trace_format, key=f"env.test_sets[{i}]")
+    env, spec, env_params = env_section(cfg.get("env"))
 
     algo_node = cfg.get("algo")
     algo_name = _choice("algo.name", str(algo_node.get("name")), tuple(ALGORITHMS))
@@ -153,7 +147,7 @@ def validate(cfg: DictConfig) -> JobConfig:
             f"it accepts: {', '.join(accepted) or 'none'}"
         )
 
-    analysis = analysis_settings(cfg.get("analysis"))
+    analysis = analysis_settings(cfg.get("analysis"), spec.analysis)
 
     logger = _typed("logger", LoggerSection, cfg.get("logger"))
     _choice("logger", logger.name, LOGGERS)
@@ -171,6 +165,8 @@ def validate(cfg: DictConfig) -> JobConfig:
         overwrite=bool(cfg.get("overwrite", False)),
         train=train,
         env=env,
+        env_spec=spec,
+        env_params=env_params,
         algo_name=algo_name,
         algo=algo,
         sampler_name=sampler_name,
@@ -181,19 +177,65 @@ def validate(cfg: DictConfig) -> JobConfig:
     )
 
 
-def analysis_settings(node: Any):
+def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
+    """The generic ``env`` keys, the environment's EnvSpec and its own checked params; every
+    dataset named is checked to exist (and to be readable by its trace format)."""
+    from plume.envs.registry import get_env
+    from plume.harness.datasets import check_dataset, default_test_sets
+
+    if node is None:
+        raise ConfigError("config section 'env' is missing")
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    values = dict(values)
+    try:
+        spec = get_env(str(values.get("name")))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    own = {k: v for k, v in values.items() if k not in ENV_KEYS}
+    env = _typed("env", EnvSection, {k: v for k, v in values.items() if k in ENV_KEYS})
+    params = _typed("env", spec.params, own)
+    if env.n_envs < 1:
+        raise ConfigError(f"env.n_envs must be >= 1, got {env.n_envs}")
+    if env.test_sets is not None and not env.test_sets:
+        raise ConfigError("env.test_sets is empty: name at least one test set (or null for "
+                          "the dataset's own test split)")
+    check_dataset(spec, env.dataset, env.trace_format, key="env.dataset")
+    if env.test_sets is None:
+        env.test_sets = default_test_sets(spec, env.dataset)
+    for i, name in enumerate(env.test_sets):
+        check_dataset(spec, name, env.trace_format, key=f"env.test_sets[{i}]")
+    return env, spec, params
+
+
+def analysis_settings(node: Any, env_defaults: Any = None):
     """The ``analysis`` section as ``plume.analysis.AnalysisSettings``, checked by its own
-    constructor (its Literal-typed fields are beyond OmegaConf's structured configs)."""
+    constructor (its Literal-typed fields are beyond OmegaConf's structured configs). A key
+    left null takes the environment's default (``EnvSpec.analysis``)."""
     from plume.analysis import AnalysisSettings, SelectionSettings
 
     if node is None:
         raise ConfigError("config section 'analysis' is missing")
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-    values = dict(values)
+    values = _fill_nulls(dict(values), dict(env_defaults or {}))
     selection = _construct("analysis.selection", SelectionSettings, values.pop("selection", {}))
     if isinstance(values.get("k_range"), list):
         values["k_range"] = tuple(values["k_range"])
     return _construct("analysis", AnalysisSettings, {**values, "selection": selection})
+
+
+def _fill_nulls(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every null leaf replaced by the same key of ``defaults`` (recursively);
+    a null with no default is dropped, so the schema's own default applies."""
+    out = {}
+    for key, value in values.items():
+        default = defaults.get(key)
+        if isinstance(value, dict):
+            value = _fill_nulls(value, default if isinstance(default, dict) else {})
+        elif value is None:
+            value = default
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _construct(section: str, cls: type, values: dict[str, Any]) -> Any:

@@ -27,14 +27,17 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
-from plume.harness.datasets import load_dataset
+from plume.harness.anchors import SCORE_FILE, score_description
+from plume.harness.datasets import describe_test_set, load_dataset, test_set_name
 from plume.harness.evaluation import Evaluator, sampler_weights
+from plume.harness.samplers import LearnerStatsBridge, build_sampler, run_analysis
 from plume.harness.rundir import (
     COMPLETED, EVAL_TABLE, FAILED, RESOLVED_CONFIG, RUNNING, SAMPLER_TABLE, RunDirectory,
 )
 from plume.harness.schema import ConfigError, JobConfig, validate
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
+from plume.traces import TraceSet
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger("plume")
@@ -62,7 +65,11 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         for group, choice in hydra_cfg.runtime.choices.items()
         if not group.startswith("hydra") and choice is not None
     }
-    return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices)
+    try:
+        return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices)
+    except ConfigError as err:  # the user's mistake: one line, no traceback
+        print(f"plume-train: error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None):
@@ -132,144 +139,177 @@ def _train(
     job: JobConfig, rundir: RunDirectory, tracker, fingerprint: str,
     resume: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    import torch
-
-    from plume.agents import PPO
-    from plume.envs import TraceBenchVecEnv
-    from plume.harness.samplers import (
-        LearnerStatsBridge, build_sampler, run_analysis,
-    )
-
-    streams = spawn_streams(job.seed)
-    torch.set_num_threads(job.train.torch_threads)
-    train_traces = load_dataset(job.env.name, job.env.dataset, "train")
-    test_sets = {
-        Path(name).stem: load_dataset(job.env.name, name, "test") for name in job.env.test_sets
-    }
-    # Stage 1-2 runs for every sampler (cached per dataset and settings): Plume's samplers use
-    # it, and every run's test traces are labelled with their training cluster.
-    analysis = run_analysis(train_traces, job.analysis, job.paths.cache)
-    test_clusters = {name: analysis.assign(traces) for name, traces in test_sets.items()}
-    sampler = build_sampler(
-        job.sampler_name, job.sampler_params, train_traces,
-        np.random.default_rng(streams["sampler"]), analysis,
-    )
-    bridge = (
-        LearnerStatsBridge(sampler, job.env.n_envs)
-        if getattr(sampler, "wants_learner_stats", False) else None
-    )
-    reward = {"quality_weight": job.env.quality_weight, "rebuf_weight": job.env.rebuf_weight}
-    env = TraceBenchVecEnv(
-        train_traces, job.env.n_envs, sampler if bridge is None else bridge.stand_in,
-        mode="train", seed=streams["env"], **reward,
-    )
-    agent = PPO(env if bridge is None else bridge.wrap(env), job.algo,
-                seed=torch_seed(streams["torch"]))
-    evaluator = Evaluator(test_sets, test_clusters, **reward)
-    log.info(
-        "training %s on %s (%d traces) with sampler=%s, %s env steps, seed %d -> %s",
-        job.algo_name, train_traces.name, len(train_traces), job.sampler_name,
-        f"{job.train.total_steps:,}", job.seed, rundir.path,
-    )
-
-    total = job.train.total_steps
-    points = [k / job.train.eval_points for k in range(1, job.train.eval_points + 1)]
-    if job.train.eval_at_start:
-        points.insert(0, 0.0)
-    eval_frames: list[pd.DataFrame] = []
-    sampler_frames: list[pd.DataFrame] = []
+    training = _Training(job, rundir, tracker, fingerprint)
     if resume is not None:
-        agent.load_state_dict(resume["agent"])
-        sampler.load_state_dict(resume["sampler"])
-        env.np_random.bit_generator.state = resume["env_rng"]
-        done = resume["progress"]
-        points = [p for p in points if p > done]
-        eval_frames = _rows_up_to(rundir, EVAL_TABLE, done)
-        sampler_frames = _rows_up_to(rundir, SAMPLER_TABLE, done)
-        rundir.truncate_train_log(resume["env_steps"])
-    draws_before = sampler.draws.copy()
-    clock = {"start": time.time(), "last_line": time.time()}
-    latest: dict[str, float] = {}
+        training.resume(resume)
+    return training.run()
 
-    def evaluate(progress: float, env_steps: int) -> None:
-        nonlocal draws_before
+
+class _Training:
+    """One job's objects and schedule: evaluate at the configured progress points, log every
+    update, checkpoint at every evaluation. The environment is reached only through its
+    EnvSpec, the learner only through ``learn`` / ``act`` / ``state_dict``."""
+
+    def __init__(self, job: JobConfig, rundir: RunDirectory, tracker, fingerprint: str) -> None:
+        import torch
+
+        from plume.agents import PPO
+
+        self.job, self.rundir, self.tracker, self.fingerprint = job, rundir, tracker, fingerprint
+        spec, params = job.env_spec, job.env_params
+        streams = spawn_streams(job.seed)
+        torch.set_num_threads(job.train.torch_threads)
+        self.train_traces, test_sets = _load_traces(job)
+        # Environments are built before any analysis, so bad traces fail before work starts.
+        self.evaluator = Evaluator(spec, test_sets, params)
+        # Stage 1-2 runs for every sampler (cached per dataset and settings): Plume's samplers
+        # use it, and every run's test traces are labelled with their training cluster.
+        analysis = run_analysis(self.train_traces, job.analysis, job.paths.cache)
+        self.evaluator.clusters = {name: analysis.assign(t) for name, t in test_sets.items()}
+        self.sampler = build_sampler(
+            job.sampler_name, job.sampler_params, self.train_traces,
+            np.random.default_rng(streams["sampler"]), analysis,
+        )
+        self.bridge = (LearnerStatsBridge(self.sampler, job.env.n_envs)
+                       if getattr(self.sampler, "wants_learner_stats", False) else None)
+        self.env = spec.make(
+            self.train_traces, job.env.n_envs,
+            self.sampler if self.bridge is None else self.bridge.stand_in,
+            mode="train", seed=streams["env"], params=params,
+        )
+        self.agent = PPO(self.env if self.bridge is None else self.bridge.wrap(self.env),
+                         job.algo, seed=torch_seed(streams["torch"]))
+        rundir.write_json(SCORE_FILE, score_description(spec, params, self.evaluator,
+                                                        Path(job.paths.cache)))
+        total = job.train.total_steps
+        self.points = [k / job.train.eval_points for k in range(1, job.train.eval_points + 1)]
+        if job.train.eval_at_start:
+            self.points.insert(0, 0.0)
+        self.eval_frames: list[pd.DataFrame] = []
+        self.sampler_frames: list[pd.DataFrame] = []
+        self.draws_before = self.sampler.draws.copy()
+        self.clock = {"start": time.time(), "last_line": time.time()}
+        self.latest: dict[str, float] = {}
+        self.logged_recomputes = len(_recomputes(self.sampler))
+        log.info(
+            "training %s on %s (%d traces) in env=%s with sampler=%s, %s env steps, seed %d -> %s",
+            job.algo_name, self.train_traces.name, len(self.train_traces), spec.name,
+            job.sampler_name, f"{total:,}", job.seed, rundir.path,
+        )
+
+    def resume(self, checkpoint: dict[str, Any]) -> None:
+        """Continue from a checkpoint: agent, sampler and simulator-noise streams, and the
+        evaluations and training curve recorded up to it."""
+        self.agent.load_state_dict(checkpoint["agent"])
+        self.sampler.load_state_dict(checkpoint["sampler"])
+        self.env.np_random.bit_generator.state = checkpoint["env_rng"]
+        done = checkpoint["progress"]
+        self.points = [p for p in self.points if p > done]
+        self.eval_frames = _rows_up_to(self.rundir, EVAL_TABLE, done)
+        self.sampler_frames = _rows_up_to(self.rundir, SAMPLER_TABLE, done)
+        self.rundir.truncate_train_log(checkpoint["env_steps"])
+        self.draws_before = self.sampler.draws.copy()
+        self.logged_recomputes = len(_recomputes(self.sampler))
+
+    def run(self) -> dict[str, Any]:
+        total = self.job.train.total_steps
+        if self.points and self.points[0] == 0.0:
+            self.evaluate(self.points.pop(0), 0)
+        self.agent.learn(total, callback=self.on_update)
+        env_steps = int(self.agent.env_steps)
+        while self.points:  # a budget that ends between points still gets its final evaluation
+            self.evaluate(self.points.pop(0), env_steps)
+        elapsed = time.time() - self.clock["start"]
+        summary = {
+            "env_steps": env_steps,
+            "train_seconds": round(elapsed, 2),
+            "steps_per_s": round(env_steps / max(elapsed, 1e-9), 1),
+            **{k: round(v, 6) for k, v in _eval_scores(self.eval_frames[-1]).items()},
+        }
+        self.tracker.summarise(summary)
+        return summary
+
+    def evaluate(self, progress: float, env_steps: int) -> None:
         started = time.time()
-        frame = evaluator.evaluate(
-            lambda obs: agent.act(obs, deterministic=True), progress=progress, env_steps=env_steps
-        )
-        eval_frames.append(frame)
-        rundir.write_table(EVAL_TABLE, pd.concat(eval_frames, ignore_index=True))
-        weights = sampler_weights(
-            sampler, train_traces.labels, draws_before, progress=progress, env_steps=env_steps
-        )
-        draws_before = sampler.draws.copy()
+        frame = self.evaluator.evaluate(lambda obs: self.agent.act(obs, deterministic=True),
+                                        progress=progress, env_steps=env_steps)
+        self.eval_frames.append(frame)
+        self.rundir.write_table(EVAL_TABLE, pd.concat(self.eval_frames, ignore_index=True))
+        weights = sampler_weights(self.sampler, self.train_traces.labels, self.draws_before,
+                                  progress=progress, env_steps=env_steps)
+        self.draws_before = self.sampler.draws.copy()
         if not weights.empty:
-            sampler_frames.append(weights)
-            rundir.write_table(SAMPLER_TABLE, pd.concat(sampler_frames, ignore_index=True))
+            self._add_sampler_rows(weights)
         scores = _eval_scores(frame)
-        scores.update(
-            {f"sampler/{r.grouping}/{r.group}": r.weight for r in weights.itertuples()}
-        )
+        scores.update({f"sampler/{r.grouping}/{r.group}": r.weight for r in weights.itertuples()})
         scores["eval/seconds"] = time.time() - started
-        latest.update({k: v for k, v in scores.items() if k.endswith("/qoe")})
-        tracker.log({"progress": progress, **scores}, step=env_steps)
-        rundir.save_checkpoint(
-            {
-                "agent": agent.state_dict(),
-                "sampler": sampler.state_dict(),
-                "env_steps": env_steps,
-                "progress": progress,
-                "seed": job.seed,
-                "env_rng": env.np_random.bit_generator.state,
-                "fingerprint": fingerprint,
-            }
-        )
-        _progress_line(progress, env_steps, total, clock, latest, prefix="eval")
+        self.latest.update({k: v for k, v in scores.items() if k.endswith("/score")})
+        self.tracker.log({"progress": progress, **scores}, step=env_steps)
+        self.rundir.save_checkpoint({
+            "agent": self.agent.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "env_steps": env_steps,
+            "progress": progress,
+            "seed": self.job.seed,
+            "env_rng": self.env.np_random.bit_generator.state,
+            "fingerprint": self.fingerprint,
+        })
+        self._progress_line(progress, env_steps, prefix="eval")
 
-    logged_recomputes = len(_recomputes(sampler))
-
-    def on_update(metrics: dict[str, Any]) -> bool:
-        nonlocal logged_recomputes
+    def on_update(self, metrics: dict[str, Any]) -> bool:
         env_steps = int(metrics["env_steps"])
-        if bridge is not None:
-            rollout = agent.last_rollout
-            bridge.flush(rollout.advantages.reshape(len(rollout.rewards), -1).cpu().numpy())
+        total = self.job.train.total_steps
+        if self.bridge is not None:
+            rollout = self.agent.last_rollout
+            self.bridge.flush(rollout.advantages.reshape(len(rollout.rewards), -1).cpu().numpy())
         # The mean of trace indices over finished episodes means nothing: drop it.
         record = {k: _jsonable(v) for k, v in metrics.items() if k != "charts/episode_trace"}
-        record["time_s"] = round(time.time() - clock["start"], 3)
-        rundir.append_train(record)
-        tracker.log(record, step=env_steps)
-        recomputed = _new_recomputes(sampler, logged_recomputes, env_steps, env_steps / total)
-        logged_recomputes = len(_recomputes(sampler))
+        record["time_s"] = round(time.time() - self.clock["start"], 3)
+        self.rundir.append_train(record)
+        self.tracker.log(record, step=env_steps)
+        recomputed = _new_recomputes(self.sampler, self.logged_recomputes, env_steps,
+                                     env_steps / total)
+        self.logged_recomputes = len(_recomputes(self.sampler))
         if not recomputed.empty:
-            sampler_frames.append(recomputed)
-            rundir.write_table(SAMPLER_TABLE, pd.concat(sampler_frames, ignore_index=True))
-            tracker.log({f"sampler/cluster_weight/{r.group}": r.weight
-                         for r in recomputed.itertuples()}, step=env_steps)
+            self._add_sampler_rows(recomputed)
+            self.tracker.log({f"sampler/cluster_weight/{r.group}": r.weight
+                              for r in recomputed.itertuples()}, step=env_steps)
         if np.isfinite(record.get("charts/episodic_return", np.nan)):
-            latest["train/return"] = record["charts/episodic_return"]
-        while points and env_steps >= points[0] * total:
-            evaluate(points.pop(0), env_steps)
-        if time.time() - clock["last_line"] >= job.train.progress_every_s:
-            _progress_line(env_steps / total, env_steps, total, clock, latest, prefix="train")
+            self.latest["train/return"] = record["charts/episodic_return"]
+        while self.points and env_steps >= self.points[0] * total:
+            self.evaluate(self.points.pop(0), env_steps)
+        if time.time() - self.clock["last_line"] >= self.job.train.progress_every_s:
+            self._progress_line(env_steps / total, env_steps, prefix="train")
         return True
 
-    if points and points[0] == 0.0:
-        evaluate(points.pop(0), 0)
-    agent.learn(total, callback=on_update)
-    env_steps = int(agent.env_steps)
-    while points:  # a budget that ends between points still gets its final evaluation
-        evaluate(points.pop(0), env_steps)
-    elapsed = time.time() - clock["start"]
-    final = eval_frames[-1]
-    summary = {
-        "env_steps": env_steps,
-        "train_seconds": round(elapsed, 2),
-        "steps_per_s": round(env_steps / max(elapsed, 1e-9), 1),
-        **{k: round(v, 6) for k, v in _eval_scores(final).items()},
-    }
-    tracker.summarise(summary)
-    return summary
+    def _add_sampler_rows(self, rows: pd.DataFrame) -> None:
+        self.sampler_frames.append(rows)
+        self.rundir.write_table(SAMPLER_TABLE, pd.concat(self.sampler_frames, ignore_index=True))
+
+    def _progress_line(self, progress: float, env_steps: int, prefix: str) -> None:
+        _progress_line(progress, env_steps, self.job.train.total_steps, self.clock, self.latest,
+                       prefix=prefix, score=self.job.env_spec.score.unit)
+
+
+def _load_traces(job: JobConfig) -> tuple[TraceSet, dict[str, TraceSet]]:
+    """The training split and every test set, checked for the channels the env needs; a bad
+    trace file becomes a ConfigError naming the dataset."""
+    spec, env = job.env_spec, job.env
+
+    def load(dataset: str, split: str) -> TraceSet:
+        try:
+            traces = load_dataset(spec, dataset, split, env.trace_format)
+            spec.check_channels(traces, job.env_params, f"{dataset} ({split})")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        return traces
+
+    train = load(env.dataset, "train")
+    test_sets = {}
+    for dataset in env.test_sets:
+        test_sets[test_set_name(spec, dataset)] = load(dataset, "test")
+        log.info("test set %s", describe_test_set(spec, dataset, env.trace_format))
+    return train, test_sets
 
 
 def _recomputes(sampler) -> list:
@@ -335,19 +375,18 @@ def _rows_up_to(rundir: RunDirectory, table: str, progress: float) -> list[pd.Da
 
 
 def _eval_scores(frame: pd.DataFrame) -> dict[str, float]:
-    """Mean QoE per chunk and per episode, per test set and per ground-truth kind."""
+    """Mean score and episode return, per test set and per ground-truth kind."""
     scores: dict[str, float] = {}
-    qoe = frame["return"] / frame["length"]
     for test_set, rows in frame.groupby("test_set"):
         scores[f"eval/{test_set}/return"] = float(rows["return"].mean())
-        scores[f"eval/{test_set}/qoe"] = float(qoe[rows.index].mean())
+        scores[f"eval/{test_set}/score"] = float(rows["score"].mean())
         if rows["label"].notna().all():
             for label, kind in rows.groupby("label"):
-                scores[f"eval/{test_set}/{label}/qoe"] = float(qoe[kind.index].mean())
+                scores[f"eval/{test_set}/{label}/score"] = float(kind["score"].mean())
     return scores
 
 
-def _progress_line(progress, env_steps, total, clock, latest, prefix) -> None:
+def _progress_line(progress, env_steps, total, clock, latest, prefix, score) -> None:
     now = time.time()
     clock["last_line"] = now
     elapsed = now - clock["start"]
@@ -358,9 +397,9 @@ def _progress_line(progress, env_steps, total, clock, latest, prefix) -> None:
     )
     train = latest.get("train/return")
     log.info(
-        "[%s] %5.1f%% %s/%s steps | %s steps/s | eta %s | train return %s | test QoE/chunk %s",
+        "[%s] %5.1f%% %s/%s steps | %s steps/s | eta %s | train return %s | test %s %s",
         prefix, 100 * progress, f"{env_steps:,}", f"{total:,}", f"{rate:,.0f}",
-        format_clock(eta), "n/a" if train is None else f"{train:.2f}", evals or "n/a",
+        format_clock(eta), "n/a" if train is None else f"{train:.2f}", score, evals or "n/a",
     )
 
 

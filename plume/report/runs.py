@@ -2,7 +2,8 @@
 
 A *run directory* is any folder holding a ``status.json`` (DESIGN.md, "Run directory"). The
 report reads files only: ``status.json`` for the state, ``config.yaml`` (resolved config) for
-what the run was, ``eval.parquet`` for its test scores. Nothing here imports the harness, so
+what the run was, ``eval.parquet`` for its test scores and ``score.json`` for what the score is
+and how it is normalised (floor and ceiling per test set). Nothing here imports the harness, so
 a report can be built on a machine that only has the run folders.
 
     inventory = scan_runs(["runs/quickstart", "runs/extra/seed=7"])
@@ -29,18 +30,22 @@ import pandas as pd
 STATUS = "status.json"
 CONFIG = "config.yaml"
 EVAL = "eval.parquet"
+SCORE = "score.json"
 COMPLETED, FAILED, RUNNING = "completed", "failed", "running"
 
 #: Columns of the inventory, in order.
 INVENTORY_COLUMNS = [
     "run_dir", "exp_name", "env", "dataset", "algo", "sampler", "analysis", "seed",
-    "config_key", "state", "error", "elapsed", "total_steps", "eval_points",
-    "quality_weight", "rebuf_weight", "test_sets",
+    "config_key", "state", "error", "elapsed", "total_steps", "eval_points", "test_sets",
+    "score_name",
 ]
-#: Columns of ``load_scores`` (the first 13 are the contract; the last three identify the run).
+#: Columns of ``load_scores`` (the first 13 are the contract; the next three identify the run;
+#: ``floor``/``ceiling`` are the run's normalisation anchors for the row's test set, NaN when
+#: the run predates ``score.json``).
 SCORE_COLUMNS = [
     "env", "dataset", "algo", "sampler", "config_key", "seed", "progress", "env_steps",
     "test_set", "trace", "label", "cluster", "score", "run_dir", "exp_name", "analysis",
+    "floor", "ceiling",
 ]
 
 
@@ -149,10 +154,19 @@ def _describe(run_dir: Path) -> dict[str, Any]:
         "elapsed": status.get("elapsed_s"),
         "total_steps": (config.get("train") or {}).get("total_steps"),
         "eval_points": (config.get("train") or {}).get("eval_points"),
-        "quality_weight": env.get("quality_weight"),
-        "rebuf_weight": env.get("rebuf_weight"),
         "test_sets": ",".join(map(str, test_sets)) if test_sets else None,
+        "score_name": (read_score_file(run_dir).get("score") or {}).get("name"),
     }
+
+
+def read_score_file(run_dir: Path) -> dict[str, Any]:
+    """The run's ``score.json`` (score name, unit, normalisation per test set); {} when the run
+    has none (it predates the file) or it is unreadable."""
+    try:
+        loaded = json.loads((Path(run_dir) / SCORE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
 
 
 def _read_status(run_dir: Path) -> tuple[dict[str, Any], str | None]:
@@ -193,8 +207,9 @@ def _first(*values: Any) -> Any:
 def load_scores(inventory: RunInventory) -> pd.DataFrame:
     """Tidy test scores of the COMPLETED runs: one row per (run, progress, test set, trace).
 
-    ``score`` is the QoE per chunk, ``return / length`` (what ``plume-train`` logs as
-    ``eval/<test set>/qoe`` before averaging). ``label`` is the ground-truth kind (NA when the
+    ``score`` is the environment's score of each episode (eval.parquet's ``score`` column; the
+    QoE per chunk ``return / length`` for runs that predate it). ``label`` is the ground-truth
+    kind (NA when the
     test set has none), ``cluster`` the trace's cluster when ``eval.parquet`` records one (NA
     otherwise). Columns: ``SCORE_COLUMNS``."""
     import pyarrow.parquet as pq
@@ -204,13 +219,18 @@ def load_scores(inventory: RunInventory) -> pd.DataFrame:
         path = Path(run.run_dir) / EVAL
         available = set(pq.read_schema(path).names)
         wanted = ["test_set", "trace", "label", "cluster", "return", "length", "progress",
-                  "env_steps"]
+                  "env_steps", "score"]
         missing = {"test_set", "trace", "return", "length", "progress"} - available
         if missing:
             raise RunScanError(f"{path}: missing column(s) {sorted(missing)}")
         table = pd.read_parquet(path, columns=[c for c in wanted if c in available])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            score = table["return"].to_numpy(float) / table["length"].to_numpy(float)
+        if "score" in table:
+            score = table["score"].to_numpy(float)
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                score = table["return"].to_numpy(float) / table["length"].to_numpy(float)
+        anchors = (read_score_file(run.run_dir).get("normalisation") or {}).get("test_sets", {})
+        test_sets = table["test_set"].astype(str)
         frame = pd.DataFrame({
             "env": run.env,
             "dataset": run.dataset,
@@ -228,6 +248,9 @@ def load_scores(inventory: RunInventory) -> pd.DataFrame:
             "run_dir": run.run_dir,
             "exp_name": run.exp_name,
             "analysis": run.analysis,
+            "floor": test_sets.map(lambda t: anchors.get(t, {}).get("floor", np.nan)).to_numpy(float),
+            "ceiling": test_sets.map(
+                lambda t: anchors.get(t, {}).get("ceiling", np.nan)).to_numpy(float),
         })
         frames.append(frame)
     if not frames:
@@ -246,5 +269,6 @@ __all__ = [
     "RunScanError",
     "find_run_dirs",
     "load_scores",
+    "read_score_file",
     "scan_runs",
 ]

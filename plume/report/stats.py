@@ -36,6 +36,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from plume.report.runs import read_score_file
+
 #: Bootstrap repetitions: tests use a few hundred; ``--paper`` uses 50000 for the aggregates.
 DEFAULT_REPS = 2000
 PAPER_AGGREGATE_REPS = 50_000
@@ -90,24 +92,79 @@ TRACEBENCH = Normalisation(
 NORMALISATIONS: dict[str, Normalisation] = {"tracebench": TRACEBENCH}
 
 
+@dataclass(frozen=True)
+class RecordedNormalisation:
+    """The normalisation runs wrote into their ``score.json``: floor and ceiling per test set
+    (fixed values, or the mean score of a named classic controller on that test set)."""
+
+    score_name: str
+    description: str
+    anchors: dict[str, tuple[float, float]]  # test set -> (floor, ceiling)
+
+    def text(self, env: str) -> str:
+        sets = "; ".join(f"{name}: floor {lo:.4g}, ceiling {hi:.4g}"
+                         for name, (lo, hi) in sorted(self.anchors.items()))
+        return (f"`{env}`: normalised score = ({self.score_name} - floor) / (ceiling - floor) "
+                f"per test set ({sets}). {self.description}")
+
+
 def normalise(scores: pd.DataFrame,
-              normalisations: Mapping[str, Normalisation] | None = None) -> pd.DataFrame:
-    """``scores`` (``load_scores``) with ``raw`` (QoE per chunk) and ``score`` normalised per
-    environment. Raises ``ReportStatsError`` for an environment with no normalisation."""
-    normalisations = NORMALISATIONS if normalisations is None else normalisations
+              normalisations: Mapping[str, Normalisation] | None = None,
+              descriptions: Mapping[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+    """``scores`` (``load_scores``) with ``raw`` (the env's score) and ``score`` normalised.
+
+    An environment in ``normalisations`` uses that fixed map. Otherwise every row uses the
+    floor and ceiling its run recorded for its test set (``score.json``); rows of runs that
+    predate the file fall back to :data:`NORMALISATIONS`. Raises ``ReportStatsError`` for a row
+    with neither."""
     out = scores.copy()
     out["raw"] = out["score"].astype(float)
+    raw = out["raw"].to_numpy()
     normalised = np.full(len(out), np.nan)
-    for env in sorted(out["env"].dropna().astype(str).unique()):
-        if env not in normalisations:
-            raise ReportStatsError(
-                f"no normalisation for environment {env!r} (known: {sorted(normalisations)}); "
-                "add one to plume.report.stats.NORMALISATIONS or pass normalisations="
-            )
-        mask = (out["env"] == env).to_numpy()
-        normalised[mask] = normalisations[env](out["raw"].to_numpy()[mask])
+    floor = out["floor"].to_numpy(float) if "floor" in out else np.full(len(out), np.nan)
+    ceiling = out["ceiling"].to_numpy(float) if "ceiling" in out else np.full(len(out), np.nan)
+    envs = out["env"].astype(str).to_numpy()
+    explicit = dict(normalisations or {})
+    for env in sorted(set(envs)):
+        mask = envs == env
+        if env in explicit:
+            normalised[mask] = explicit[env](raw[mask])
+            continue
+        recorded = mask & np.isfinite(floor) & np.isfinite(ceiling)
+        span = np.where(ceiling > floor, ceiling - floor, np.nan)
+        normalised[recorded] = ((raw - floor) / span)[recorded]
+        legacy = mask & ~recorded
+        if legacy.any():
+            if env not in NORMALISATIONS:
+                raise ReportStatsError(
+                    f"runs of environment {env!r} record no normalisation (no score.json) and "
+                    f"none is built in (known: {sorted(NORMALISATIONS)}); pass normalisations=")
+            normalised[legacy] = NORMALISATIONS[env](raw[legacy])
     out["score"] = normalised
     return out
+
+
+def normalisation_texts(frame: pd.DataFrame,
+                        explicit: Mapping[str, Normalisation]) -> dict[str, Any]:
+    """Per environment, the normalisation a report states: the explicit one, or what the
+    pooled runs recorded (their anchors per test set and the spec's description)."""
+    texts: dict[str, Any] = {}
+    for env, rows in frame.groupby(frame["env"].astype(str)):
+        if env in explicit:
+            texts[env] = explicit[env]
+            continue
+        recorded = rows.dropna(subset=["floor", "ceiling"]) if "floor" in rows else rows.iloc[:0]
+        if recorded.empty:
+            texts[env] = NORMALISATIONS[env]
+            continue
+        info = read_score_file(recorded["run_dir"].iloc[0])
+        anchors = {t: (float(g["floor"].iloc[0]), float(g["ceiling"].iloc[0]))
+                   for t, g in recorded.groupby("test_set")}
+        texts[env] = RecordedNormalisation(
+            score_name=(info.get("score") or {}).get("unit", "score"),
+            description=(info.get("normalisation") or {}).get("description", ""),
+            anchors=anchors)
+    return texts
 
 
 # --------------------------------------------------------------------------- rliable wrapper
@@ -332,7 +389,7 @@ class Analysis:
     curves: pd.DataFrame
     breakdowns: pd.DataFrame         # per kind / per cluster: IQM and mean with CIs
     task_scores: pd.DataFrame        # mean per (algorithm, task[, kind]) without bootstrap
-    normalisations: dict[str, Normalisation]
+    normalisations: dict[str, Any]  # env -> Normalisation or RecordedNormalisation (.text)
     notes: list[str]
     reps: dict[str, int]
     seed: int
@@ -403,7 +460,7 @@ def analyse(
     if unknown:
         raise ReportStatsError(f"cannot group by {unknown}: choose among {list(scores.columns)}")
     group_label = "/".join(group_by)
-    norms = NORMALISATIONS if normalisations is None else dict(normalisations)
+    norms = dict(normalisations or {})
     aggregate_reps = reps if aggregate_reps is None else aggregate_reps
     notes: list[str] = []
 
@@ -518,18 +575,6 @@ def analyse(
     task_scores = pd.concat([_task_scores(used_final, ranked, tasks), kind_scores],
                             ignore_index=True)
 
-    envs = sorted(frame["env"].astype(str).unique())
-    weights = None
-    if inventory is not None:
-        pooled = inventory[inventory["run_dir"].isin(used["run_dir"].unique())]
-        weights = pooled[["quality_weight", "rebuf_weight"]].drop_duplicates()
-    if weights is not None and "tracebench" in envs and not weights.empty:
-        odd = weights[(weights["quality_weight"].fillna(1.0) != 1.0)
-                      | (weights["rebuf_weight"].fillna(6.0) != 6.0)]
-        if not odd.empty:
-            notes.append("Some pooled runs use non-default reward weights "
-                         f"{odd.to_dict('records')}; the TraceBench floor/ceiling assume "
-                         "quality_weight=1, rebuf_weight=6.")
     run_dirs = {name: sorted(used.loc[used["algorithm"] == name, "run_dir"].unique().tolist())
                 for name in ranked}
     return Analysis(
@@ -538,7 +583,7 @@ def analyse(
         progress=common, matrices={n: final_m.matrices[n] for n in ranked}, cells=cells,
         aggregates=aggregates, poi=poi, profiles=profiles, curves=curves,
         breakdowns=breakdowns, task_scores=task_scores,
-        normalisations={e: norms[e] for e in envs}, notes=notes,
+        normalisations=normalisation_texts(frame, norms), notes=notes,
         reps={"aggregates": aggregate_reps, "poi": reps, "profiles": reps, "curves": reps,
               "breakdowns": reps},
         seed=seed, run_dirs=run_dirs,
@@ -749,6 +794,7 @@ __all__ = [
     "DEFAULT_REPS",
     "METRICS",
     "NORMALISATIONS",
+    "RecordedNormalisation",
     "PAPER_AGGREGATE_REPS",
     "TRACEBENCH",
     "Analysis",

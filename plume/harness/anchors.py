@@ -1,0 +1,70 @@
+"""The normalisation written into every run directory (``score.json``), so a report can
+normalise scores from files alone.
+
+An environment's anchors are fixed score values or classic controllers (EnvSpec.anchors). A
+controller anchor is evaluated by the same loop as a learned policy on each test set, once:
+controllers are deterministic and test mode has no noise, so the result is cached per (test
+set content, environment parameters, controller) next to the stage 1-2 cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from plume.envs.registry import EnvSpec
+from plume.harness.evaluation import Evaluator
+
+SCORE_FILE = "score.json"
+
+
+def controller_score(spec: EnvSpec, params: Any, evaluator: Evaluator, test_set: str,
+                     controller: str, cache_dir: Path) -> float:
+    """Mean score of ``controller`` on ``test_set`` (from the cache when it is there)."""
+    traces = evaluator.test_sets[test_set]
+    key = hashlib.sha256(
+        f"{spec.name}|{traces.content_hash}|{asdict(params)!r}|{controller}".encode()
+    ).hexdigest()[:24]
+    path = Path(cache_dir) / "anchors" / f"{key}.json"
+    if path.is_file():
+        return float(json.loads(path.read_text())["score"])
+    if controller not in spec.controllers:
+        raise ValueError(f"env {spec.name!r} anchors name controller {controller!r}, which it "
+                         f"does not have ({', '.join(spec.controllers)})")
+    policy = spec.controllers[controller](params)
+    frame = Evaluator(spec, {test_set: traces}, params).evaluate(policy)
+    score = float(frame["score"].mean())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"env": spec.name, "test_set": test_set, "controller": controller,
+                               "trace_set": traces.content_hash, "score": score}) + "\n")
+    os.replace(tmp, path)
+    return score
+
+
+def score_description(spec: EnvSpec, params: Any, evaluator: Evaluator,
+                      cache_dir: Path) -> dict[str, Any]:
+    """What ``score.json`` holds: the score's name and unit, every episode field, and the
+    floor and ceiling of the normalisation on each test set."""
+    anchors = spec.anchors(params)
+
+    def value(anchor: float | str, test_set: str) -> float:
+        if isinstance(anchor, str):
+            return controller_score(spec, params, evaluator, test_set, anchor, cache_dir)
+        return float(anchor)
+
+    per_set = {name: {"floor": value(anchors.floor, name), "ceiling": value(anchors.ceiling, name)}
+               for name in evaluator.test_sets}
+    return {
+        "env": spec.name,
+        "score": {"name": spec.score.name, "unit": spec.score.unit,
+                  "description": spec.score.description,
+                  "higher_is_better": spec.score.higher_is_better},
+        "episode_fields": [asdict(m) for m in spec.episode_fields],
+        "normalisation": {"floor": anchors.floor, "ceiling": anchors.ceiling,
+                          "description": anchors.description, "test_sets": per_set},
+    }
