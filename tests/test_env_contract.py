@@ -64,3 +64,37 @@ def test_analysis_nulls_take_the_environment_defaults(compose_cfg):
     assert (job.analysis.feature_set, job.analysis.k_range, job.analysis.channel,
             job.analysis.resample_s) == ("tracebench", (3, 8), "bandwidth", 0.0)
     assert validate(compose_cfg("analysis.k_range=[2,4]")).analysis.k_range == (2, 4)
+
+
+def test_a_controller_run_is_stored_like_a_learned_one_and_reported_beside_it(
+        compose_cfg, tmp_path):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from plume.harness.controllers import run_controller
+    from plume.report.cli import build_report
+    from tests.conftest import CONF_DIR
+
+    run_job(compose_cfg(*TINY, "logger=none"), tmp_path / "learned" / "seed=0")
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("eval", overrides=["controller=always_highest",
+                                         "env.test_sets=[majority_slow]"])
+    run_dir = tmp_path / "controllers" / "seed=0"
+    summary = run_controller(cfg, run_dir)
+    frame = pd.read_parquet(run_dir / "eval.parquet")
+    assert len(frame) == 1000 and set(frame["progress"]) == {1.0}
+    assert summary["eval/majority_slow/score"] == pytest.approx(frame["score"].mean())
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "completed"
+
+    result = build_report(tmp_path, tmp_path / "report", figures=False, reps=200)
+    table = result.tables["controllers"]
+    row = table[table["controller"] == "always_highest"].iloc[0]
+    assert row["raw"] == pytest.approx(frame["score"].mean(), abs=1e-4)
+    assert row["normalised"] == pytest.approx((row["raw"] - 1.0) / 5.0, abs=1e-3)
+    assert "always_highest" not in result.analysis.algorithms  # never pooled with seeds
+    assert "Classic controllers" in result.report.read_text()
+    with pytest.raises(ConfigError, match="valid choices: always_highest, always_lowest"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            run_controller(compose("eval", overrides=["controller=bba"]), tmp_path / "x")
+    GlobalHydra.instance().clear()

@@ -87,6 +87,7 @@ class EnvSpec:
         analysis: defaults for the analysis keys a config leaves null (``channel``,
             ``feature_set``, ``k_range``, ``resample_s``).
         algo_preset: the ``conf/algo`` option this environment trains with by default.
+        default_dataset: ``params -> dataset`` used when ``env.dataset`` is null.
     """
 
     name: str
@@ -105,6 +106,7 @@ class EnvSpec:
     controllers: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
     analysis: Mapping[str, Any] = field(default_factory=dict)
     algo_preset: str = "ppo"
+    default_dataset: Callable[[Any], str] | None = None
 
     def check_channels(self, traces: TraceSet, params: Any, source: str) -> None:
         """Raise ValueError naming ``source`` unless ``traces`` carries every required channel."""

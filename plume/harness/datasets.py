@@ -7,7 +7,9 @@ own test split unless ``env.test_sets`` names other sets: never silently on synt
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 from plume.envs.registry import EnvSpec
 from plume.harness.schema import ConfigError
@@ -66,3 +68,26 @@ def describe_test_set(spec: EnvSpec, dataset: str, trace_format: str | None) -> 
 def test_set_name(spec: EnvSpec, dataset: str) -> str:
     """The name of a test set in eval.parquet and logs: the dataset name or the path's stem."""
     return dataset if is_builtin(spec, dataset) else Path(dataset).expanduser().resolve().stem
+
+
+def load_checked(spec: EnvSpec, dataset: str, split: str, trace_format: str | None,
+                 params: Any) -> TraceSet:
+    """:func:`load_dataset`, checked for the channels the environment needs; bad trace files
+    and bad traces become a ConfigError (one line naming the file, line or trace)."""
+    try:
+        traces = load_dataset(spec, dataset, split, trace_format)
+        spec.check_channels(traces, params, f"{dataset} ({split})")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    return traces
+
+
+def load_test_sets(spec: EnvSpec, env: Any, params: Any) -> dict[str, TraceSet]:
+    """Every test set of the ``env`` section by name, each announced with where it comes from."""
+    test_sets = {}
+    for dataset in env.test_sets:
+        test_sets[test_set_name(spec, dataset)] = load_checked(
+            spec, dataset, "test", env.trace_format, params)
+        logging.getLogger("plume").info(
+            "test set %s", describe_test_set(spec, dataset, env.trace_format))
+    return test_sets

@@ -36,7 +36,7 @@ class EnvSection:
     """The keys every environment has; its own keys are checked by its EnvSpec's ``params``."""
 
     name: str = "tracebench"
-    dataset: str = "majority_fast"
+    dataset: Optional[str] = None
     trace_format: Optional[str] = None
     n_envs: int = 64
     test_sets: Optional[list[str]] = None
@@ -192,6 +192,12 @@ def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     own = {k: v for k, v in values.items() if k not in ENV_KEYS}
+    known = {f.name for f in fields(spec.params)}
+    unknown = sorted(set(own) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(f'env.{k}' for k in unknown)} for env={spec.name}; "
+            f"valid keys: {', '.join(sorted(known | set(ENV_KEYS)))}")
     env = _typed("env", EnvSection, {k: v for k, v in values.items() if k in ENV_KEYS})
     params = _typed("env", spec.params, own)
     if env.n_envs < 1:
@@ -199,6 +205,8 @@ def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
     if env.test_sets is not None and not env.test_sets:
         raise ConfigError("env.test_sets is empty: name at least one test set (or null for "
                           "the dataset's own test split)")
+    if env.dataset is None:
+        env.dataset = spec.default_dataset(params)
     check_dataset(spec, env.dataset, env.trace_format, key="env.dataset")
     if env.test_sets is None:
         env.test_sets = default_test_sets(spec, env.dataset)

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
 from plume.harness.anchors import SCORE_FILE, score_description
-from plume.harness.datasets import describe_test_set, load_dataset, test_set_name
+from plume.harness.datasets import load_checked, load_test_sets
 from plume.harness.evaluation import Evaluator, sampler_weights
 from plume.harness.samplers import LearnerStatsBridge, build_sampler, run_analysis
 from plume.harness.rundir import (
@@ -37,16 +37,15 @@ from plume.harness.rundir import (
 from plume.harness.schema import ConfigError, JobConfig, validate
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
-from plume.traces import TraceSet
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 log = logging.getLogger("plume")
 
 
-def _override_dirname(value: str) -> str:
+def _override_dirname(value: str | None) -> str:
     """Folder name for a job's overrides: never empty, never nested, never longer than a file
     name may be (a long one keeps a readable prefix and gains a hash of the whole)."""
-    name = value.replace("/", "_").replace(os.sep, "_") or "defaults"
+    name = str(value or "").replace("/", "_").replace(os.sep, "_") or "defaults"
     if len(name.encode()) > 200:  # NAME_MAX is 255 bytes
         import hashlib
 
@@ -159,7 +158,9 @@ class _Training:
         spec, params = job.env_spec, job.env_params
         streams = spawn_streams(job.seed)
         torch.set_num_threads(job.train.torch_threads)
-        self.train_traces, test_sets = _load_traces(job)
+        self.train_traces = load_checked(spec, job.env.dataset, "train", job.env.trace_format,
+                                         params)
+        test_sets = load_test_sets(spec, job.env, params)
         # Environments are built before any analysis, so bad traces fail before work starts.
         self.evaluator = Evaluator(spec, test_sets, params)
         # Stage 1-2 runs for every sampler (cached per dataset and settings): Plume's samplers
@@ -289,27 +290,6 @@ class _Training:
     def _progress_line(self, progress: float, env_steps: int, prefix: str) -> None:
         _progress_line(progress, env_steps, self.job.train.total_steps, self.clock, self.latest,
                        prefix=prefix, score=self.job.env_spec.score.unit)
-
-
-def _load_traces(job: JobConfig) -> tuple[TraceSet, dict[str, TraceSet]]:
-    """The training split and every test set, checked for the channels the env needs; a bad
-    trace file becomes a ConfigError naming the dataset."""
-    spec, env = job.env_spec, job.env
-
-    def load(dataset: str, split: str) -> TraceSet:
-        try:
-            traces = load_dataset(spec, dataset, split, env.trace_format)
-            spec.check_channels(traces, job.env_params, f"{dataset} ({split})")
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-        return traces
-
-    train = load(env.dataset, "train")
-    test_sets = {}
-    for dataset in env.test_sets:
-        test_sets[test_set_name(spec, dataset)] = load(dataset, "test")
-        log.info("test set %s", describe_test_set(spec, dataset, env.trace_format))
-    return train, test_sets
 
 
 def _recomputes(sampler) -> list:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from plume.report.runs import RunInventory, RunScanError, load_scores, scan_runs
+from plume.report.runs import CONTROLLER, RunInventory, RunScanError, load_scores, scan_runs
 from plume.report.stats import (
     DEFAULT_REPS,
     METRICS,
@@ -36,6 +36,7 @@ from plume.report.stats import (
     Normalisation,
     ReportStatsError,
     analyse,
+    normalise,
 )
 
 ReportError = (RunScanError, ReportStatsError)
@@ -99,13 +100,22 @@ def build_report(
             + ", ".join(map(str, paths)) + f" (states: {inventory.counts()})"
             + _excluded_text(inventory.excluded))
     reps = DEFAULT_REPS if reps is None else int(reps)
+    scores = load_scores(inventory)
+    is_controller = (scores["algo"] == CONTROLLER).to_numpy()
+    if is_controller.all():
+        raise ReportStatsError(
+            "only classic-controller runs (plume-eval) were found: a report compares learned "
+            "runs (plume-train) and lists controllers beside them")
+    references = controller_table(scores[is_controller], normalisations)
     analysis = analyse(
-        load_scores(inventory), group_by=group_by, baseline=baseline, seeds=seeds, reps=reps,
+        scores[~is_controller], group_by=group_by, baseline=baseline, seeds=seeds, reps=reps,
         aggregate_reps=PAPER_AGGREGATE_REPS if paper else reps, seed=seed,
         normalisations=normalisations, inventory=inventory.runs,
     )
     out.mkdir(parents=True, exist_ok=True)
     tables = _tables(inventory, analysis)
+    if not references.empty:
+        tables["controllers"] = references
     table_files = {name: write_table(frame, out / "tables" / name, display=_display(name, frame))
                    for name, frame in tables.items()}
     figure_files: dict[str, list[Path]] = {}
@@ -123,6 +133,17 @@ def build_report(
 
 
 # --------------------------------------------------------------------------- tables
+
+
+def controller_table(scores: pd.DataFrame,
+                     normalisations: Mapping[str, Normalisation] | None) -> pd.DataFrame:
+    """Per classic controller and test set: mean raw and normalised score over the traces."""
+    if scores.empty:
+        return pd.DataFrame()
+    frame = normalise(scores, normalisations)
+    return (frame.groupby(["sampler", "env", "dataset", "test_set"], as_index=False)
+            .agg(raw=("raw", "mean"), normalised=("score", "mean"), traces=("trace", "size"))
+            .rename(columns={"sampler": "controller"}).round(4))
 
 
 def _tables(inventory: RunInventory, analysis: Analysis) -> dict[str, pd.DataFrame]:
@@ -318,6 +339,11 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
         shown = excluded[["state", "sampler", "seed", "config_key", "error", "run_dir"]].copy()
         shown["error"] = shown["error"].map(lambda e: _clip(e) if isinstance(e, str) else "")
         lines += [to_markdown(shown)]
+    if "controllers" in tables:
+        lines += ["## Classic controllers (plume-eval; deterministic references, not pooled)",
+                  "", ("Mean over the test traces of each test set: the env's raw score and "
+                       "the same normalisation as above."), "",
+                  to_markdown(tables["controllers"])]
     lines += ["## Probability of improvement", ""]
     if a.poi.empty:
         lines += ["None computed.", ""]

@@ -32,6 +32,8 @@ CONFIG = "config.yaml"
 EVAL = "eval.parquet"
 SCORE = "score.json"
 COMPLETED, FAILED, RUNNING = "completed", "failed", "running"
+CONTROLLER = "controller"
+"""The ``algo`` of a classic controller's run; its ``sampler`` column holds the controller."""
 
 #: Columns of the inventory, in order.
 INVENTORY_COLUMNS = [
@@ -144,8 +146,11 @@ def _describe(run_dir: Path) -> dict[str, Any]:
         "exp_name": _first(config.get("exp_name"), status.get("exp_name")),
         "env": _first(env.get("name"), choices.get("env")),
         "dataset": env.get("dataset"),
-        "algo": _first((config.get("algo") or {}).get("name"), choices.get("algo")),
-        "sampler": _first((config.get("sampler") or {}).get("name"), choices.get("sampler")),
+        # A classic controller's run (plume-eval) is listed as algo "controller".
+        "algo": CONTROLLER if "controller" in config else _first(
+            (config.get("algo") or {}).get("name"), choices.get("algo")),
+        "sampler": _first(config.get("controller"), (config.get("sampler") or {}).get("name"),
+                          choices.get("sampler")),
         "analysis": choices.get("analysis"),
         "seed": None if seed is None else int(seed),
         "config_key": run_dir.parent.name,
@@ -263,6 +268,7 @@ def load_scores(inventory: RunInventory) -> pd.DataFrame:
 
 
 __all__ = [
+    "CONTROLLER",
     "INVENTORY_COLUMNS",
     "SCORE_COLUMNS",
     "RunInventory",

@@ -89,4 +89,5 @@ SPEC = EnvSpec(
               "k_range": (3, 8),
               "selection": {"fraction": 0.5, "steps": 7, "central_rounding": "floor"}},
     algo_preset="ppo",
+    default_dataset=lambda params: "majority_fast",
 )

@@ -1,0 +1,82 @@
+"""``plume-eval``: a classic controller of an environment, evaluated by the same loop as a
+learned policy and stored as a run directory that reports read like any other.
+
+    plume-eval env=abr controller=bba
+    plume-eval -m env=abr controller=bba,rate_based,robust_mpc,bola_v1
+    plume-eval env=abr env.variant=pensieve env.dataset=path/to/cooked env.trace_format=cooked \
+        controller=robust_mpc
+
+Controllers are deterministic and test mode has no noise, so one evaluation (progress 1.0) is
+the whole result; ``config.yaml`` names the controller, so a report lists it beside the
+learned runs (as a reference, never pooled into their bootstrap statistics).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from plume.harness.anchors import SCORE_FILE, score_description
+from plume.harness.datasets import load_test_sets
+from plume.harness.evaluation import Evaluator
+from plume.harness.rundir import COMPLETED, EVAL_TABLE, FAILED, RESOLVED_CONFIG, RUNNING, RunDirectory
+from plume.harness.schema import ConfigError, env_section
+from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
+
+log = logging.getLogger("plume")
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
+def main(cfg: DictConfig) -> dict[str, Any] | None:
+    try:
+        return run_controller(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except ConfigError as err:  # the user's mistake: one line, no traceback
+        print(f"plume-eval: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Evaluate ``cfg.controller`` on every test set of ``cfg.env``; write the run directory."""
+    env, spec, params = env_section(cfg.get("env"))
+    name = str(cfg.get("controller"))
+    if name not in spec.controllers:
+        raise ConfigError(f"controller={name!r} is not a controller of env {spec.name!r}; "
+                          f"valid choices: {', '.join(sorted(spec.controllers))}")
+    rundir = RunDirectory(run_dir)
+    if rundir.is_completed and not cfg.get("overwrite", False):
+        log.info("skipping %s: already completed (overwrite=true to evaluate it again)", run_dir)
+        return rundir.status().get("summary")
+    (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    started = time.time()
+    rundir.write_status(RUNNING, exp_name=str(cfg.exp_name), seed=int(cfg.seed),
+                        choices={"env": spec.name, "controller": name},
+                        command=" ".join(sys.argv), error=None, traceback=None)
+    try:
+        evaluator = Evaluator(spec, load_test_sets(spec, env, params), params)
+        frame = evaluator.evaluate(spec.controllers[name](params), progress=1.0, env_steps=0)
+        rundir.write_table(EVAL_TABLE, frame)
+        rundir.write_json(SCORE_FILE, score_description(spec, params, evaluator,
+                                                        Path(cfg.paths.cache)))
+    except BaseException as err:
+        rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
+                            traceback=traceback.format_exc())
+        raise
+    summary = {f"eval/{t}/score": float(rows["score"].mean())
+               for t, rows in frame.groupby("test_set")}
+    rundir.write_status(COMPLETED, elapsed_s=round(time.time() - started, 3), summary=summary)
+    for key, value in summary.items():
+        log.info("%s %s: %.4f %s", name, key.split("/")[1], value, spec.score.unit)
+    log.info("results: %s (status.json, eval.parquet, score.json)", run_dir)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
