@@ -165,8 +165,9 @@ class _Training:
         self.evaluator = Evaluator(spec, test_sets, params)
         # Stage 1-2 runs for every sampler (cached per dataset and settings): Plume's samplers
         # use it, and every run's test traces are labelled with their training cluster.
-        analysis = run_analysis(self.train_traces, job.analysis, job.paths.cache)
-        self.evaluator.clusters = {name: analysis.assign(t) for name, t in test_sets.items()}
+        analysis = _analysis(job, self.train_traces)
+        if analysis is not None:
+            self.evaluator.clusters = {name: analysis.assign(t) for name, t in test_sets.items()}
         self.sampler = build_sampler(
             job.sampler_name, job.sampler_params, self.train_traces,
             np.random.default_rng(streams["sampler"]), analysis,
@@ -290,6 +291,26 @@ class _Training:
     def _progress_line(self, progress: float, env_steps: int, prefix: str) -> None:
         _progress_line(progress, env_steps, self.job.train.total_steps, self.clock, self.latest,
                        prefix=prefix, score=self.job.env_spec.score.unit)
+
+
+def _analysis(job: JobConfig, traces):
+    """Plume stages 1-2 on the training traces (cached). A dataset with too few traces for the
+    cluster-count range fails for samplers that need clusters (naming the setting to change)
+    and is skipped, with a log line, for those that do not."""
+    from plume.sampling import SAMPLERS
+
+    inputs = set(getattr(SAMPLERS[job.sampler_name], "inputs", ()))
+    needs = bool({"memberships", "features"} & inputs)
+    if len(traces) < job.analysis.max_k:
+        message = (f"{traces.name} has {len(traces)} training traces, fewer than the "
+                   f"{job.analysis.max_k} clusters the analysis fits")
+        if needs:
+            raise ConfigError(f"{message}: sampler {job.sampler_name} needs clusters; lower "
+                              f"analysis.k_range and analysis.selection.k_end (e.g. "
+                              f"[2,{max(2, len(traces) - 1)}]) or give more traces")
+        log.info("stage 1-2 skipped: %s (test traces get no cluster label)", message)
+        return None
+    return run_analysis(traces, job.analysis, job.paths.cache)
 
 
 def _recomputes(sampler) -> list:

@@ -1,0 +1,1103 @@
+"""Batched ABR simulator: N copies of a chunk-level video session stepped in numpy lockstep.
+
+One Gymnasium ``VectorEnv``, :class:`AbrVecEnv`, in two settings (``variant``), with the
+conventions of TraceBench (``plume.envs.tracebench.env``): same-step autoreset, the same
+``infos`` keys, sampler calls, seeding and preallocated in-place arithmetic. Downloads are
+exact look-ups in cumulative payload tables (``plume.envs.replay.BatchedDownload``, forward
+convention: ``bandwidth[j]`` in Mbit/s holds on ``[time[j], time[j+1])``, the last sample until
+``constants["period"]`` or for 1 s, then the trace loops). A copy's position is its unwrapped
+trace time ``tau``. One step = one video chunk; the action is the encoding of that chunk.
+
+variant="gelato": Plume/Gelato's Puffer simulator
+-------------------------------------------------
+(simulators.md §1.3, paper.md §3.1, plume-reference-code.md §5.3-5.4.) Needs Puffer traces:
+``chunks["chunk_sizes"]`` (n, L, 10) in MB and ``chunks["ssim_db"]`` (n, L, 10), row i = chunk
+i of the stream, aligned with the series rows; trace i has ``lengths[i]`` chunks.
+
+* Action: ``Discrete(10)``, the encoding (0 = lowest). The video index starts at the network
+  start index and advances one row per step (the video is the trace's own chunk sequence).
+* Download time of chunk k at action a: ``chunk_sizes[trace, k, a]`` MB through the bandwidth
+  (payload scale 1/8 MB per Mbit, no RTT). Training multiplies it by
+  ``clip(1 + N(0, 0.03), 0.95, 1.05)``; the noise does not move the trace position.
+* ``stall = 0`` on an episode's first chunk, else ``clip(delay - buffer, 0, 20)``;
+  ``buffer = max(buffer - delay, 0) + chunk_seconds`` (2.002 s).
+* If ``buffer > max_buffer`` (15 s): the network skips to the start of the next trace slot,
+  exactly the reference's ``network_time_left = 0``: ``tau`` jumps to the end of the slot in
+  which the download ended (a download that ends exactly on a slot boundary is in the slot
+  that just ended, so no time is skipped, as in the reference loop; boundaries are matched
+  within ``SLOT_EPS`` = 1e-9 s). Then ``buffer = max_buffer * clip(1 + N(0, 0.005), 0.98,
+  1.02)`` in training, ``max_buffer`` in test mode. ``last_step()["sleep"]`` is the skip.
+* Raw reward (QoE) = ``quality_weight * q - rebuf_weight * stall - change_weight * |q - q_prev|``
+  with ``q`` = SSIM dB of the chosen encoding; no change term on an episode's first chunk.
+* Agent reward (what ``step`` returns), :func:`symmetric_sqrt_clip`:
+  ``clip(sign(r) * (sqrt(|r| + 1) - 1 + 0.001 * r), -5, 5)``, the reference's form where the
+  sign also multiplies the linear term. r = 10 -> 2.3266, r = 20 -> 3.6026, r = -35 -> -4.965;
+  it saturates at -5 from r of about -35.5 (half a second of stall on a 15 dB chunk).
+* Observation (``history_len`` x 26 = 10 x 26, flattened row-major; ``obs_layout`` = (10, 26)),
+  float32 clipped to [0, 1]: rows x cols 0-4 = the last 10 steps, oldest first, [SSIM dB / 25,
+  size MB / 3, delay s / 20, buffer s / max_buffer, (r' + 5) / 10]; col 5 = the long-term
+  stall feature: the last 30 per-step stalls (zero-padded) summed in 10 groups of 3, oldest
+  group in row 0, each / 3 s; rows 0-4 x cols 6-15 = the next 5 chunks' sizes of all 10
+  encodings / 3 MB (row 0 = the chunk the next action downloads); rows 0-4 x cols 16-25 =
+  their SSIM dB / 25; rows 5-9 x cols 6-25 = 0. At reset the history is zeros and the
+  look-ahead starts at the start chunk.
+* Episodes terminate when the video index + 5 == the trace's chunk count (5 look-ahead chunks
+  remain): ``lengths - 5 - start`` steps. Training starts at a uniform index in
+  ``[0, max(len - min_chunks, 1))`` and is truncated (``truncated=True``) after ``max_steps``
+  (500) steps; test mode starts at 0 with no step limit. Traces with fewer than
+  ``min_chunks`` (86) chunks are refused at construction.
+
+variant="pensieve": Pensieve's ``sim/env.py``
+---------------------------------------------
+(simulators.md §1.1 and §8.) Bandwidth-only traces (time / bandwidth in Mbit/s; Puffer traces
+work too, their chunks are ignored). The loader converts Pensieve's backward-convention cooked
+files: Pensieve's ``ptr`` in {1..L-1} is our forward slot ``ptr - 1`` from that slot's start.
+
+* Action: ``Discrete(6)``, bitrates ``BITRATES_KBPS`` = [300, 750, 1200, 1850, 2850, 4300]; the
+  video is EnvivioDash3 (``plume.envs.abr.video.VIDEO_SIZES``, bytes), 48 chunks of 4 s.
+* ``delay_ms = download_s * 1000 + 80`` (RTT) with download through payload scale
+  ``1e6 / 8 * 0.95`` bytes per Mbit; training multiplies by ``U(0.9, 1.1)``. Only the
+  download moves the trace position.
+* ``rebuf = max(delay - buffer, 0)`` (the first chunk is penalised like any other, as in
+  Pensieve); ``buffer = max(buffer - delay, 0) + 4 s``; if ``buffer > 60 s`` the player sleeps
+  ``ceil((buffer - 60 s) / 0.5 s) * 0.5 s``: ``buffer -= sleep`` and the trace time advances by
+  the full sleep (Pensieve's walk drains it across slots and wraps). Arithmetic in ms, as
+  Pensieve does, so the ceiling sees the same numbers.
+* Reward (raw = agent) = ``br / 1000 - 4.3 * rebuf_s - |br - br_prev| / 1000`` (kbit/s) with
+  ``br_prev = 750`` (DEFAULT_QUALITY 1) on an episode's first chunk.
+* State 6 x 8 (flattened; ``obs_layout`` = (6, 8)), newest value in column 7, rows rolled left
+  each step: row 0 br / 4300; row 1 buffer s / 10; row 2 throughput = size bytes / delay ms /
+  1000 (RTT and noise included); row 3 delay ms / 1000 / 10; row 4 cols 0-5 the next chunk's
+  6 sizes in MB (overwritten each step, not rolled); row 5 min(chunks left, 48) / 48. Zeros at
+  an episode's start except the look-ahead sizes. Not clipped (as Pensieve): the space's
+  upper bound is infinite on rows 2-3 (throughput, delay), which have none.
+* Training starts at a uniform slot, test mode at slot 0; an episode is ``n_chunks`` (48)
+  chunks and ends ``terminated``.
+
+Vector API (both variants)
+--------------------------
+``metadata["autoreset_mode"] = AutoresetMode.SAME_STEP``: a finished copy is reset inside the
+same ``step``, whose observation row is the new episode's first. ``infos`` always holds
+``"trace"`` / ``"_trace"``; when some copy finished also ``"final_obs"`` (dense (N, obs_dim),
+valid where ``"_final_obs"``) and ``"episode"``, a dict of (N,) arrays (zero where
+``"_episode"`` is False) with the fields of ``EPISODE_FIELDS``: ``return`` (raw QoE sum),
+``return_transformed`` (sum of agent rewards), ``length`` (steps), ``trace``, ``quality`` (sum
+of per-chunk quality: SSIM dB for gelato, bitrate Mbit/s for pensieve), ``stall`` (stall
+seconds), ``change`` (sum of the |quality change| terms of the reward, unweighted: for pensieve
+the first chunk's change from 750 kbit/s counts), ``first_return`` (raw QoE of the first chunk,
+so a score can exclude the start-up chunk), ``video_seconds`` (chunks x chunk length). In
+training the sampler gets ``sampler.update(trace_index, rewards=<the episode's per-step agent
+rewards>)`` for every finished episode before the copy draws its next trace with
+``sampler.sample_many``; test mode never calls ``update``. Episodes cut short by ``reset()``
+are not reported. Actions are validated as TraceBench does (shape (N,), integer-valued, in
+range). ``last_step()`` gives the last step's per-copy components in seconds.
+
+Implementation: all per-step arithmetic runs in place on preallocated (N,) float64 arrays;
+table look-ups use ``take(..., mode="clip")`` on indices computed here (always in range). The
+observation is ping-ponged between two float32 buffers: gelato moves every row up one in a
+single contiguous copy (shifting the history and, at once, the look-ahead: rows 1-4 become
+0-3) and then writes only the newest history row, the stall column and the new 5th look-ahead
+row; pensieve shifts all rows left and writes column 7 and the look-ahead sizes. No extra
+per-chunk tables are built for gelato (the look-ahead reads ``chunk_sizes`` / ``ssim_db``
+directly), so memory stays that of the TraceSet plus the payload tables.
+
+Seeding (as TraceBench): ``seed`` (int, ``SeedSequence`` or None) gives two child streams
+without mutating a SeedSequence passed in: one ``np.random.Generator`` for the whole batch's
+start offsets and noise (so a training trajectory depends on ``n_envs`` as well as the seed),
+one for the default ``UniformSampler``. ``reset(seed=...)`` reseeds both; in test mode a
+default ``SequentialSampler`` restarts at trace 0 on every vector ``reset()``.
+
+Deliberate differences from the references
+------------------------------------------
+Gelato (Plume's ``ABRSimEnv`` + ``ABRWrapper``):
+
+* The step limit is returned as ``truncated=True`` (the reference reports ``terminated`` and,
+  checking before its increment, allows 501 steps): here exactly ``max_steps`` steps, so a
+  learner bootstraps at the cut. An episode that ends naturally on that step is terminated.
+* The first chunk is recognised by its position in the episode, not by "previous quality ==
+  0" (the same unless an SSIM is exactly 0 dB).
+* The buffer feature divides by ``max_buffer`` (the reference's constant 15, the default);
+  ``history_len`` other than 10 gives ``history_len`` rows and stall groups (>= 5 rows).
+* TCP statistics, the logged-only safety cost and per-episode feather logs are not produced.
+
+Pensieve (``sim/env.py`` with its agent loop):
+
+* The agent chooses chunk 0 from the reset observation; Pensieve downloads chunk 0 at
+  DEFAULT_QUALITY without asking the policy (its smoothness term still starts from 750 kbit/s,
+  kept here). ``first_return`` lets evaluation drop that chunk as Pensieve's does.
+* Row 4, columns 6-7 of the state stay 0: Pensieve rolls the whole state, which leaves lagged
+  level-0 sizes there that its network never reads (it reads columns 0-5 of row 4).
+* ``last_step()["sleep"]`` is the full sleep (Pensieve returns what its walk left over).
+* A download that completes *exactly* at a slot end followed by zero-throughput slots
+  completes at that slot end; Pensieve's strict ``>`` would first walk through the dead
+  slots. Only exact arithmetic reaches this; real traces never tie.
+* ``n_chunks`` above 48 tiles the 49-chunk video (Park's tiling); the chunks-left feature is
+  normalised by ``n_chunks`` (48, Pensieve's cap, by default).
+"""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from plume.envs.abr.video import BITRATES_KBPS, VIDEO_SIZES
+from plume.envs.replay import BatchedDownload, PayloadTables
+from plume.envs.tracebench.env import _child_seeds  # one seeding scheme for every env
+from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
+from plume.traces.traceset import TraceSet
+
+__all__ = [
+    "BITRATES_KBPS",
+    "EPISODE_FIELDS",
+    "GELATO_DEFAULTS",
+    "GELATO_LEVELS",
+    "LOOKAHEAD",
+    "MB_PER_MBIT",
+    "PENSIEVE_BYTES_PER_MBIT",
+    "PENSIEVE_DEFAULTS",
+    "REWARD_CLIP",
+    "VARIANTS",
+    "AbrEnv",
+    "AbrVecEnv",
+    "symmetric_sqrt_clip",
+]
+
+VARIANTS = ("gelato", "pensieve")
+MODES = ("train", "test")
+EPISODE_FIELDS = ("return", "return_transformed", "length", "trace", "quality", "stall",
+                  "change", "first_return", "video_seconds")
+"""Keys of ``infos["episode"]`` (see the module docstring)."""
+
+# Gelato / Puffer.
+GELATO_LEVELS = 10
+"""Puffer encodings per chunk (the action count)."""
+LOOKAHEAD = 5
+"""Future chunks in the observation; an episode ends when only these remain."""
+STALL_GROUP = 3
+"""Consecutive stalls summed per long-term stall feature."""
+MB_PER_MBIT = 1.0 / 8.0
+"""Payload scale: Mbit/s x s -> MB."""
+SSIM_NORM_DB, SIZE_NORM_MB, DELAY_NORM_S, STALL_NORM_S = 25.0, 3.0, 20.0, 3.0
+"""Gelato observation normalisers (reference: 25 dB, 3 MB, 20 s, 3 s)."""
+REWARD_CLIP = 5.0
+"""Agent reward bound, int(sqrt(25)); the observation maps r' to (r' + 5) / 10."""
+MAX_STALL_S = 20.0
+DELAY_NOISE = (0.03, 0.95, 1.05)
+"""Training delay noise: clip(1 + N(0, std), low, high)."""
+BUFFER_NOISE = (0.005, 0.98, 1.02)
+"""Training buffer-cap noise: clip(1 + N(0, std), low, high)."""
+SLOT_EPS = 1e-9
+"""Seconds: a download ending this close after a slot start counts as in the previous slot."""
+GELATO_DEFAULTS = MappingProxyType({
+    "quality_weight": 1.0, "rebuf_weight": 100.0, "change_weight": 1.0, "max_buffer": 15.0,
+    "chunk_seconds": 2.002, "max_steps": 500, "history_len": 10, "min_chunks": 86,
+})
+"""Gelato keyword parameters and their defaults (``max_steps``: 500 in train mode, None = no
+limit in test mode unless given)."""
+
+# Pensieve.
+PENSIEVE_BYTES_PER_MBIT = 1e6 / 8.0 * 0.95
+"""Payload scale: Mbit/s x s -> bytes, with Pensieve's 0.95 payload share."""
+PENSIEVE_NOISE = (0.9, 1.1)
+"""Training delay noise U(low, high) (Pensieve's NOISE_LOW / NOISE_HIGH)."""
+DRAIN_QUANTUM_MS = 500.0
+"""Pensieve's DRAIN_BUFFER_SLEEP_TIME."""
+DEFAULT_QUALITY = 1
+"""Pensieve's previous bitrate at an episode's first chunk (750 kbit/s)."""
+PENSIEVE_HISTORY = 8
+BUFFER_NORM_S = 10.0
+PENSIEVE_DEFAULTS = MappingProxyType({
+    "rebuf_penalty": 4.3, "smooth_penalty": 1.0, "link_rtt_ms": 80.0, "buffer_cap_s": 60.0,
+    "chunk_seconds": 4.0, "n_chunks": 48,
+})
+"""Pensieve keyword parameters and their defaults."""
+
+
+def symmetric_sqrt_clip(r: float | np.ndarray, bound: float = REWARD_CLIP):
+    """Gelato's agent reward: ``clip(sign(r) (sqrt(|r| + 1) - 1 + 0.001 r), -bound, bound)``.
+
+    The reference's exact form: the sign also multiplies the linear term, so this equals
+    ``sign(r)(sqrt(|r|+1) - 1) + 0.001|r|`` (not an odd function). Kept so returns compare with
+    the paper's. r = 10 -> 2.3266, r = 20 -> 3.6026, r = -35 -> -4.965, r <= -35.5 -> -5.
+    Accepts a scalar (returns a float) or an array (returns a float64 array).
+    """
+    x = np.asarray(r, dtype=np.float64)
+    out = np.clip(np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0 + 0.001 * x), -bound, bound)
+    return float(out) if out.ndim == 0 else out
+
+
+# ---------------------------------------------------------------------------- validation
+def _number(name: str, value: Any, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and value <= 0):
+        kind = "a positive finite" if positive else "a finite"
+        raise ValueError(f"{name} must be {kind} number, got {value}")
+    return value
+
+
+def _integer(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def _params(variant: str, train: bool, given: dict[str, Any]) -> dict[str, Any]:
+    """The variant's parameters: defaults overridden by ``given``, unknown keys refused."""
+    defaults = dict(GELATO_DEFAULTS if variant == "gelato" else PENSIEVE_DEFAULTS)
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise TypeError(f"unknown parameter(s) {', '.join(unknown)} for variant={variant!r}; "
+                        f"valid: {', '.join(defaults)}")
+    if variant == "gelato":
+        defaults["max_steps"] = 500 if train else None
+    p = {**defaults, **given}
+    if variant == "gelato":
+        for key in ("quality_weight", "rebuf_weight", "change_weight"):
+            p[key] = _number(key, p[key])
+        for key in ("max_buffer", "chunk_seconds"):
+            p[key] = _number(key, p[key], positive=True)
+        if p["max_steps"] is not None:
+            p["max_steps"] = _integer("max_steps", p["max_steps"], 1)
+        p["history_len"] = _integer("history_len", p["history_len"], LOOKAHEAD)
+        p["min_chunks"] = _integer("min_chunks", p["min_chunks"], LOOKAHEAD + 1)
+    else:
+        for key in ("rebuf_penalty", "smooth_penalty"):
+            p[key] = _number(key, p[key])
+        p["link_rtt_ms"] = _number("link_rtt_ms", p["link_rtt_ms"])
+        if p["link_rtt_ms"] < 0:
+            raise ValueError(f"link_rtt_ms must be >= 0, got {p['link_rtt_ms']}")
+        for key in ("buffer_cap_s", "chunk_seconds"):
+            p[key] = _number(key, p[key], positive=True)
+        p["n_chunks"] = _integer("n_chunks", p["n_chunks"], 1)
+    return p
+
+
+def _puffer_chunks(traces: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+    """``chunk_sizes`` and ``ssim_db`` as float64 (n, W, 10), checked on every valid row."""
+    arrays = []
+    for key in ("chunk_sizes", "ssim_db"):
+        if key not in traces.chunks:
+            raise ValueError(
+                f"TraceSet {traces.name!r} has no chunks[{key!r}]: variant='gelato' replays "
+                f"Puffer traces with per-chunk sizes (MB) and SSIMs (dB) of all "
+                f"{GELATO_LEVELS} encodings; use variant='pensieve' for bandwidth-only traces")
+        value = np.asarray(traces.chunks[key], dtype=np.float64)
+        n, longest = len(traces), int(traces.lengths.max())
+        if value.ndim != 3 or value.shape[0] != n or value.shape[1] < longest or \
+                value.shape[2] != GELATO_LEVELS:
+            raise ValueError(
+                f"TraceSet {traces.name!r}: chunks[{key!r}] must have shape (n_traces={n}, "
+                f">= {longest} chunks, {GELATO_LEVELS}), aligned with the series rows; got "
+                f"{value.shape}")
+        arrays.append(value)
+    sizes, ssim = arrays
+    valid = np.arange(sizes.shape[1])[None, :] < traces.lengths[:, None]
+    bad = ~np.all(np.where(valid[:, :, None], sizes > 0, True), axis=(1, 2))
+    if bad.any():
+        raise ValueError(f"TraceSet {traces.name!r}: trace "
+                         f"{str(traces.trace_ids[int(np.argmax(bad))])!r} has a chunk size <= 0")
+    return sizes, ssim
+
+
+def _check_sampler(sampler: TraceSampler | None, traces: TraceSet) -> None:
+    if sampler is None:
+        return
+    if not isinstance(sampler, TraceSampler):
+        raise TypeError(f"sampler must be a TraceSampler, got {type(sampler).__name__}")
+    if sampler.n_traces != len(traces):
+        raise ValueError(f"sampler covers {sampler.n_traces} traces but the TraceSet "
+                         f"{traces.name!r} has {len(traces)}")
+
+
+# ---------------------------------------------------------------------------- slot ends
+class _SlotEnds:
+    """Unwrapped end time of the trace slot a time falls in, for N copies at once.
+
+    Gelato's buffer cap jumps to the end of the slot in which the download ended. This is the
+    bucketed branchless search of ``PayloadTables`` (its public bucket tables and keys) for the
+    slot of ``t - SLOT_EPS``, so a download ending exactly on a boundary (or a rounding error
+    past it) is in the slot that just ended, as in the reference's loop.
+    """
+
+    def __init__(self, tables: PayloadTables, n: int) -> None:
+        self._tables = tables
+        self._end = np.ascontiguousarray(tables.slot[:, 3])  # local slot end, padded rows
+        self._per_trace = np.stack([tables.period, tables.buckets / tables.period], axis=1)
+        self._state = np.zeros((2, n))
+        self._period, self._scale = self._state
+        self._base = np.zeros(n, dtype=np.int64)
+        self._k, self._x, self._key = np.zeros(n), np.zeros(n), np.zeros(n)
+        self._g, self._bucket = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        self._hit = np.zeros(n, dtype=bool)
+
+    def assign(self, copies: np.ndarray, traces: np.ndarray) -> None:
+        self._state[:, copies] = self._per_trace[traces].T
+        self._base[copies] = traces * (self._tables.buckets + 1)
+
+    def end_after(self, t: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out`` = max(t, unwrapped end of the slot holding ``t - SLOT_EPS``)."""
+        tab, k, x, key, g, hit = self._tables, self._k, self._x, self._key, self._g, self._hit
+        np.subtract(t, SLOT_EPS, out=x)
+        np.divide(x, self._period, out=k)
+        np.floor(k, out=k)
+        k *= self._period  # k is now the start of x's period
+        x -= k
+        np.maximum(x, 0.0, out=x)
+        np.multiply(x, self._scale, out=key)
+        np.copyto(self._bucket, key, casting="unsafe")  # truncation = floor (key >= 0)
+        self._bucket += self._base
+        tab.time_lo.take(self._bucket, out=g, mode="clip")
+        for probe, step in zip(tab.time_probes, tab.time_steps):
+            probe.take(g, out=key, mode="clip")
+            np.less_equal(key, x, out=hit)
+            np.add(g, step, out=g, where=hit)
+        g -= 1  # count of slot starts <= x, minus one: the slot index (row base included)
+        self._end.take(g, out=out, mode="clip")
+        out += k
+        np.maximum(out, t, out=out)
+        return out
+
+
+# ---------------------------------------------------------------------------- dynamics
+class _Dynamics:
+    """Per-step state and arithmetic of one ABR setting for N copies (no Gymnasium API).
+
+    Results of the last step live in (N,) float64 arrays (``raw``, ``quality``, ``stall``,
+    ``change``, ...); the observation is ping-ponged between two float32 buffers so that the
+    history shift is one non-overlapping copy; ``obs`` is the current one.
+    """
+
+    n_levels: int
+    chunk_seconds: float
+    max_len: int
+
+    def __init__(self, n: int, layout: tuple[int, int], train: bool) -> None:
+        self.n, self.train, self.obs_layout = n, train, layout
+        self.obs_dim = layout[0] * layout[1]
+        self._buffers = (np.zeros((n, self.obs_dim), np.float32),
+                         np.zeros((n, self.obs_dim), np.float32))
+        self.obs = self._buffers[0]
+        self._parity = 0
+        f = lambda: np.zeros(n)  # noqa: E731
+        self.raw, self.quality, self.stall, self.change, self.size = f(), f(), f(), f(), f()
+        self.chunk = np.zeros(n, dtype=np.int64)  # index of the chunk just downloaded
+        self.terminated = np.zeros(n, dtype=bool)
+        self._t1, self._s1 = f(), f()
+        self._idx = np.zeros(n, dtype=np.int64)
+
+    def _flip(self) -> None:
+        """This step writes the other observation buffer (views by parity read this one)."""
+        self._parity = 1 - self._parity
+        self.obs = self._buffers[self._parity]
+
+
+class _Gelato(_Dynamics):
+    """The Puffer / Gelato setting (see the module docstring)."""
+
+    n_levels = GELATO_LEVELS
+
+    def __init__(self, traces: TraceSet, n: int, train: bool, p: dict[str, Any]) -> None:
+        sizes, ssim = _puffer_chunks(traces)
+        lengths = traces.lengths
+        short = lengths < p["min_chunks"]
+        if short.any():
+            i = int(np.argmax(short))
+            raise ValueError(
+                f"TraceSet {traces.name!r}: trace {str(traces.trace_ids[i])!r} has {lengths[i]} "
+                f"chunks, fewer than min_chunks={p['min_chunks']}")
+        self.history_len = h = p["history_len"]
+        super().__init__(n, (h, 2 * GELATO_LEVELS + 6), train)
+        self.p = p
+        self.chunk_seconds = p["chunk_seconds"]
+        self.max_buffer = p["max_buffer"]
+        self.max_steps = p["max_steps"]
+        longest = int(lengths.max()) - LOOKAHEAD
+        self.max_len = longest if self.max_steps is None else min(longest, self.max_steps)
+        self.n_starts = np.maximum(lengths - p["min_chunks"], 1).astype(np.int64)
+
+        self._tables = PayloadTables(traces, payload_scale=MB_PER_MBIT)
+        self._download = BatchedDownload(self._tables, n)
+        self._slot_end = _SlotEnds(self._tables, n)
+        self._width = sizes.shape[1]
+        self._lengths = lengths
+        self._sizes2 = sizes.reshape(-1, GELATO_LEVELS)  # row = trace * width + chunk
+        self._ssim2 = ssim.reshape(-1, GELATO_LEVELS)
+        self._sizes, self._ssim = self._sizes2.reshape(-1), self._ssim2.reshape(-1)
+        self.space = spaces.Box(0.0, 1.0, (self.obs_dim,), np.float32)
+        self._allocate()
+
+    def _allocate(self) -> None:
+        n, h, w = self.n, self.history_len, self.obs_layout[1]
+        f = lambda: np.zeros(n)  # noqa: E731
+        self.tau, self.buffer, self.delay, self.sleep, self._prev = f(), f(), f(), f(), f()
+        self._last_buffer = f()  # the step's buffer, kept when an autoreset clears the state
+        self._vrow = np.zeros(n, dtype=np.int64)  # trace * width + video index
+        self._vrow10 = np.zeros(n, dtype=np.int64)  # 10 x that: offset of its sizes
+        self._row_base = np.zeros(n, dtype=np.int64)
+        self._end_row = np.zeros(n, dtype=np.int64)  # vrow at which the episode ends
+        self._cap = np.zeros(n, dtype=bool)
+        self._jump = f()
+        self._noise = np.ones((2, n))
+        self.delay_noise, self.buffer_noise = self._noise
+        self._noise_std = np.array([[DELAY_NOISE[0]], [BUFFER_NOISE[0]]])
+        self._noise_low = np.array([[DELAY_NOISE[1]], [BUFFER_NOISE[1]]])
+        self._noise_high = np.array([[DELAY_NOISE[2]], [BUFFER_NOISE[2]]])
+        self._row = np.zeros((n, 5))
+        self._cols = [self._row[:, j] for j in range(5)]
+        self._ahead = np.arange(LOOKAHEAD)[None, :]
+        self._look_row = np.zeros(n, dtype=np.int64)
+        self._look_sizes = np.zeros((n, GELATO_LEVELS))
+        self._look_ssim = np.zeros((n, GELATO_LEVELS))
+        self._stalls = (np.zeros((n, STALL_GROUP * h)), np.zeros((n, STALL_GROUP * h)))
+        self._groups = np.zeros((n, h))
+        # Views by parity (source buffer p, destination 1 - p). Every row moves up one, which
+        # shifts the history (cols 0-4) and the look-ahead (rows 1-4 -> 0-3 of cols 6-25, row
+        # 5's zeros into row 4) in one contiguous copy; then the newest history row, the stall
+        # column and the new 5th look-ahead row are written.
+        self._views = []
+        new = LOOKAHEAD - 1
+        for p in (0, 1):
+            src, dst = self._buffers[p], self._buffers[1 - p]
+            d3 = dst.reshape(n, h, w)
+            s_st, d_st = self._stalls[p], self._stalls[1 - p]
+            g3 = d_st.reshape(n, h, STALL_GROUP)
+            self._views.append((
+                src[:, w:], dst[:, :-w], d3[:, -1, :5], d3[:, :, 5],
+                d3[:, new, 6:6 + GELATO_LEVELS], d3[:, new, 6 + GELATO_LEVELS:],
+                s_st[:, 1:], d_st[:, :-1], d_st[:, -1], [g3[:, :, j] for j in range(STALL_GROUP)],
+            ))
+
+    # ------------------------------------------------------------------ episodes
+    def restart(self, ids: np.ndarray, traces: np.ndarray, starts: np.ndarray) -> None:
+        """New episodes: copies ``ids`` play ``traces`` from chunk (and slot) ``starts``."""
+        base = traces * self._width
+        self.tau[ids] = self._tables.local_time[traces, starts]
+        self.buffer[ids] = 0.0
+        self._prev[ids] = 0.0
+        self._row_base[ids] = base
+        self._vrow[ids] = base + starts
+        self._vrow10[ids] = (base + starts) * GELATO_LEVELS
+        self._end_row[ids] = base + self._lengths[traces] - LOOKAHEAD
+        self._download.assign(ids, traces)
+        self._slot_end.assign(ids, traces)
+        n, h, w = self.n, self.history_len, self.obs_layout[1]
+        obs3 = self.obs.reshape(n, h, w)
+        obs3[ids] = 0.0
+        rows = (base + starts)[:, None] + self._ahead
+        obs3[ids, :LOOKAHEAD, 6:6 + GELATO_LEVELS] = np.minimum(
+            self._sizes2[rows] * (1.0 / SIZE_NORM_MB), 1.0)
+        obs3[ids, :LOOKAHEAD, 6 + GELATO_LEVELS:] = np.clip(
+            self._ssim2[rows] * (1.0 / SSIM_NORM_DB), 0.0, 1.0)
+        self._stalls[self._parity][ids] = 0.0
+
+    def start_chunk(self) -> np.ndarray:
+        return self._vrow - self._row_base
+
+    # ------------------------------------------------------------------ step
+    def step(self, a: np.ndarray, rng: np.random.Generator | None, first: np.ndarray):
+        """One chunk for every copy; returns the agent rewards (a fresh array)."""
+        self._download_chunk(a, rng)
+        self._play(first)
+        rt = self._reward(first)
+        self._observe(rt)
+        return rt
+
+    def _download_chunk(self, a: np.ndarray, rng: np.random.Generator | None) -> None:
+        idx, size, quality, delay, t1 = self._idx, self.size, self.quality, self.delay, self._t1
+        np.add(self._vrow10, a, out=idx)
+        self._sizes.take(idx, out=size, mode="clip")
+        self._ssim.take(idx, out=quality, mode="clip")
+        self._download.finish_time(self.tau, size, out=t1)
+        np.subtract(t1, self.tau, out=delay)
+        if rng is not None:
+            noise = self._noise  # row 0: delay noise, row 1: buffer-cap noise
+            rng.standard_normal(out=noise)
+            noise *= self._noise_std
+            noise += 1.0
+            np.maximum(noise, self._noise_low, out=noise)
+            np.minimum(noise, self._noise_high, out=noise)
+            delay *= self.delay_noise  # the noise does not move the trace position
+
+    def _play(self, first: np.ndarray) -> None:
+        """Stall and buffer; above the cap the network skips to the end of the slot."""
+        delay, buf, stall, tau, t1 = self.delay, self.buffer, self.stall, self.tau, self._t1
+        np.subtract(delay, buf, out=stall)
+        np.maximum(stall, 0.0, out=stall)
+        np.minimum(stall, MAX_STALL_S, out=stall)
+        np.copyto(stall, 0.0, where=first)
+        buf -= delay
+        np.maximum(buf, 0.0, out=buf)
+        buf += self.chunk_seconds
+        cap = np.greater(buf, self.max_buffer, out=self._cap)
+        np.copyto(tau, t1)
+        if cap.any():
+            np.copyto(tau, self._slot_end.end_after(t1, self._jump), where=cap)
+            if self.train:
+                np.multiply(self.buffer_noise, self.max_buffer, out=self._s1)
+                np.copyto(buf, self._s1, where=cap)
+            else:
+                np.minimum(buf, self.max_buffer, out=buf)
+        np.subtract(tau, t1, out=self.sleep)
+        np.copyto(self._last_buffer, buf)
+
+    def _reward(self, first: np.ndarray) -> np.ndarray:
+        p, q, raw, change, s1 = self.p, self.quality, self.raw, self.change, self._s1
+        np.subtract(q, self._prev, out=change)
+        np.abs(change, out=change)
+        np.copyto(change, 0.0, where=first)
+        np.copyto(self._prev, q)
+        np.multiply(q, p["quality_weight"], out=raw)
+        np.multiply(self.stall, p["rebuf_weight"], out=s1)
+        raw -= s1
+        np.multiply(change, p["change_weight"], out=s1)
+        raw -= s1
+        rt = np.abs(raw)  # symmetric_sqrt_clip, in place on a fresh array
+        rt += 1.0
+        np.sqrt(rt, out=rt)
+        rt -= 1.0
+        np.multiply(raw, 0.001, out=s1)
+        rt += s1
+        np.sign(raw, out=s1)
+        rt *= s1
+        np.maximum(rt, -REWARD_CLIP, out=rt)
+        np.minimum(rt, REWARD_CLIP, out=rt)
+        return rt
+
+    def _observe(self, rt: np.ndarray) -> None:
+        """History row, long-term stall groups and look-ahead into the other buffer."""
+        (old_rows, new_rows, new_row, new_stall, new_sizes, new_ssim, old_st, new_st,
+         newest_st, groups) = self._views[self._parity]
+        self._flip()
+        np.copyto(new_rows, old_rows)  # history and look-ahead up one row
+        row, (c0, c1, c2, c3, c4) = self._row, self._cols
+        np.multiply(self.quality, 1.0 / SSIM_NORM_DB, out=c0)
+        np.multiply(self.size, 1.0 / SIZE_NORM_MB, out=c1)
+        np.multiply(self.delay, 1.0 / DELAY_NORM_S, out=c2)
+        np.multiply(self.buffer, 1.0 / self.max_buffer, out=c3)
+        np.add(rt, REWARD_CLIP, out=c4)
+        c4 *= 0.5 / REWARD_CLIP
+        np.maximum(row, 0.0, out=row)
+        np.minimum(row, 1.0, out=row)
+        np.copyto(new_row, row, casting="same_kind")
+
+        np.copyto(new_st, old_st)  # the last 3 * history_len stalls, newest last
+        np.copyto(newest_st, self.stall)
+        g = self._groups
+        np.add(groups[0], groups[1], out=g)
+        for col in groups[2:]:
+            g += col
+        g *= 1.0 / STALL_NORM_S
+        np.minimum(g, 1.0, out=g)  # stalls are >= 0
+        np.copyto(new_stall, g, casting="same_kind")
+
+        np.subtract(self._vrow, self._row_base, out=self.chunk)
+        self._vrow += 1
+        self._vrow10 += GELATO_LEVELS
+        np.add(self._vrow, LOOKAHEAD - 1, out=self._look_row)  # the new 5th chunk ahead
+        ls, lq = self._look_sizes, self._look_ssim
+        self._sizes2.take(self._look_row, axis=0, out=ls, mode="clip")
+        self._ssim2.take(self._look_row, axis=0, out=lq, mode="clip")
+        ls *= 1.0 / SIZE_NORM_MB
+        np.minimum(ls, 1.0, out=ls)  # sizes are positive
+        np.copyto(new_sizes, ls, casting="same_kind")
+        lq *= 1.0 / SSIM_NORM_DB
+        np.maximum(lq, 0.0, out=lq)
+        np.minimum(lq, 1.0, out=lq)
+        np.copyto(new_ssim, lq, casting="same_kind")
+        np.equal(self._vrow, self._end_row, out=self.terminated)
+
+    def last_step(self) -> dict[str, np.ndarray]:
+        return {
+            "delay": self.delay.copy(), "stall": self.stall.copy(),
+            "buffer": self._last_buffer.copy(), "sleep": self.sleep.copy(),
+            "size": self.size.copy(), "quality": self.quality.copy(),
+            "change": self.change.copy(), "reward": self.raw.copy(),
+            "chunk": self.chunk.copy(), "delay_noise": self.delay_noise.copy(),
+            "buffer_noise": self.buffer_noise.copy(),
+        }
+
+
+class _Pensieve(_Dynamics):
+    """Pensieve's ``sim/env.py`` setting (see the module docstring)."""
+
+    n_levels = len(BITRATES_KBPS)
+
+    def __init__(self, traces: TraceSet, n: int, train: bool, p: dict[str, Any]) -> None:
+        super().__init__(n, (6, PENSIEVE_HISTORY), train)
+        self.p = p
+        self.chunk_seconds = p["chunk_seconds"]
+        self.n_chunks = self.max_len = p["n_chunks"]
+        self.max_steps = None
+        self.n_starts = traces.lengths.astype(np.int64)  # every forward slot
+        self._tables = PayloadTables(traces, payload_scale=PENSIEVE_BYTES_PER_MBIT)
+        self._download = BatchedDownload(self._tables, n)
+        video = VIDEO_SIZES.T[np.arange(self.n_chunks + 1) % VIDEO_SIZES.shape[1]]
+        self._sizes = np.ascontiguousarray(video, dtype=np.float64).reshape(-1)  # bytes
+        self._sizes_mb = (video / 1e6).astype(np.float32)  # (n_chunks + 1, 6)
+        left = self.n_chunks - np.arange(self.n_chunks + 1)
+        self._left = np.minimum(left, self.n_chunks) / self.n_chunks  # by counter
+        self._kbps = np.asarray(BITRATES_KBPS, dtype=np.float64)
+        self._chunk_ms = self.chunk_seconds * 1000.0
+        self._cap_ms = p["buffer_cap_s"] * 1000.0
+        high = np.full((6, PENSIEVE_HISTORY), np.inf, dtype=np.float32)  # throughput, delay
+        high[[0, 5]] = 1.0
+        high[1] = p["buffer_cap_s"] / BUFFER_NORM_S  # the buffer after the sleep
+        high[4] = VIDEO_SIZES.max() / 1e6
+        self.space = spaces.Box(np.zeros(self.obs_dim, np.float32), high.reshape(-1),
+                                dtype=np.float32)
+        f = lambda: np.zeros(n)  # noqa: E731
+        self.tau, self._buf_ms, self._delay_ms, self._sleep_ms = f(), f(), f(), f()
+        self._rebuf_ms, self._kbps_now, self._prev_kbps, self._last_buf_ms = f(), f(), f(), f()
+        self.delay_noise = np.ones(n)
+        self._counter = np.zeros(n, dtype=np.int64)
+        self._counter6 = np.zeros(n, dtype=np.int64)
+        self._newest = np.zeros((n, 6))  # column 7 of the new state; row 4 stays 0
+        self._rows = [self._newest[:, j] for j in range(6)]
+        self._next = np.zeros((n, self.n_levels), dtype=np.float32)
+        self._views = []
+        for par in (0, 1):
+            s3 = self._buffers[par].reshape(n, 6, PENSIEVE_HISTORY)
+            d3 = self._buffers[1 - par].reshape(n, 6, PENSIEVE_HISTORY)
+            self._views.append((s3[:, :, 1:], d3[:, :, :-1], d3[:, :, -1],
+                                d3[:, 4, :self.n_levels]))
+
+    def restart(self, ids: np.ndarray, traces: np.ndarray, starts: np.ndarray) -> None:
+        self.tau[ids] = self._tables.local_time[traces, starts]
+        self._buf_ms[ids] = 0.0
+        self._prev_kbps[ids] = BITRATES_KBPS[DEFAULT_QUALITY]
+        self._counter[ids] = 0
+        self._counter6[ids] = 0
+        self._download.assign(ids, traces)
+        obs3 = self.obs.reshape(self.n, 6, PENSIEVE_HISTORY)
+        obs3[ids] = 0.0
+        obs3[ids, 4, :self.n_levels] = self._sizes_mb[0]
+
+    def start_chunk(self) -> np.ndarray:
+        return self._counter.copy()
+
+    def step(self, a: np.ndarray, rng: np.random.Generator | None, first: np.ndarray):
+        """One chunk for every copy (Pensieve's ``get_video_chunk``); returns the rewards."""
+        self._download_chunk(a, rng)
+        self._play()
+        rt = self._reward(a)
+        self._observe()
+        return rt
+
+    def _download_chunk(self, a: np.ndarray, rng: np.random.Generator | None) -> None:
+        size, t1, delay = self.size, self._t1, self._delay_ms
+        np.add(self._counter6, a, out=self._idx)
+        self._sizes.take(self._idx, out=size, mode="clip")
+        self._download.finish_time(self.tau, size, out=t1)
+        np.subtract(t1, self.tau, out=delay)
+        delay *= 1000.0
+        delay += self.p["link_rtt_ms"]
+        if rng is not None:
+            noise = self.delay_noise
+            rng.random(out=noise)
+            noise *= PENSIEVE_NOISE[1] - PENSIEVE_NOISE[0]
+            noise += PENSIEVE_NOISE[0]
+            delay *= noise  # RTT and noise do not move the trace position
+
+    def _play(self) -> None:
+        """Rebuffer, buffer and the sleep above the cap (ms, Pensieve's arithmetic)."""
+        delay, buf, rebuf, sleep = self._delay_ms, self._buf_ms, self._rebuf_ms, self._sleep_ms
+        np.subtract(delay, buf, out=rebuf)
+        np.maximum(rebuf, 0.0, out=rebuf)
+        buf -= delay
+        np.maximum(buf, 0.0, out=buf)
+        buf += self._chunk_ms
+        np.subtract(buf, self._cap_ms, out=sleep)
+        np.divide(sleep, DRAIN_QUANTUM_MS, out=sleep)
+        np.ceil(sleep, out=sleep)
+        np.maximum(sleep, 0.0, out=sleep)  # no sleep unless buffer > cap
+        sleep *= DRAIN_QUANTUM_MS
+        buf -= sleep
+        np.copyto(self._last_buf_ms, buf)  # kept when an autoreset clears the state
+        np.divide(sleep, 1000.0, out=self._s1)
+        np.add(self._t1, self._s1, out=self.tau)  # the full sleep, across slots and wraps
+        np.divide(rebuf, 1000.0, out=self.stall)
+
+    def _reward(self, a: np.ndarray) -> np.ndarray:
+        p, kbps, raw, change, s1 = self.p, self._kbps_now, self.raw, self.change, self._s1
+        self._kbps.take(a, out=kbps, mode="clip")
+        np.divide(kbps, 1000.0, out=self.quality)
+        np.subtract(kbps, self._prev_kbps, out=change)
+        np.abs(change, out=change)
+        change /= 1000.0
+        np.copyto(self._prev_kbps, kbps)
+        np.multiply(self.stall, p["rebuf_penalty"], out=s1)
+        np.subtract(self.quality, s1, out=raw)
+        np.multiply(change, p["smooth_penalty"], out=s1)
+        raw -= s1
+        return raw.copy()
+
+    def _observe(self) -> None:
+        old, shifted, newest, sizes = self._views[self._parity]
+        self._flip()
+        r0, r1, r2, r3, _, r5 = self._rows
+        np.divide(self._kbps_now, BITRATES_KBPS[-1], out=r0)
+        np.divide(self._buf_ms, 1000.0 * BUFFER_NORM_S, out=r1)
+        np.divide(self.size, self._delay_ms, out=r2)
+        r2 /= 1000.0
+        np.divide(self._delay_ms, 1000.0 * BUFFER_NORM_S, out=r3)
+        np.copyto(self.chunk, self._counter)
+        self._counter += 1
+        self._counter6 += self.n_levels
+        self._left.take(self._counter, out=r5, mode="clip")
+        np.copyto(shifted, old)
+        np.copyto(newest, self._newest, casting="same_kind")
+        self._sizes_mb.take(self._counter, axis=0, out=self._next, mode="clip")
+        np.copyto(sizes, self._next)
+        np.equal(self._counter, self.n_chunks, out=self.terminated)
+
+    def last_step(self) -> dict[str, np.ndarray]:
+        return {
+            "delay": self._delay_ms / 1000.0, "stall": self.stall.copy(),
+            "buffer": self._last_buf_ms / 1000.0, "sleep": self._sleep_ms / 1000.0,
+            "size": self.size.copy(), "quality": self.quality.copy(),
+            "change": self.change.copy(), "reward": self.raw.copy(),
+            "chunk": self.chunk.copy(), "delay_noise": self.delay_noise.copy(),
+            "buffer_noise": np.ones(self.n),
+        }
+
+
+# ---------------------------------------------------------------------------- vector env
+class AbrVecEnv(VectorEnv):
+    """N ABR copies in lockstep; Gymnasium vector API with same-step autoreset.
+
+    Args:
+        traces: the TraceSet to replay (``time`` / ``bandwidth`` in Mbit/s; for gelato also
+            ``chunks["chunk_sizes"]`` (MB) and ``chunks["ssim_db"]``, shape (n, L, 10)).
+        n_envs: number of copies; defaults to ``len(traces)`` in test mode (required in train
+            mode).
+        sampler: picks each episode's trace; defaults to ``UniformSampler`` seeded from
+            ``seed`` (train) or ``SequentialSampler`` (test).
+        mode: ``"train"`` (random starts, noise, sampler updates) or ``"test"`` (start 0, no
+            noise, no updates).
+        seed: int, ``np.random.SeedSequence`` or None (see the module docstring).
+        variant: ``"gelato"`` (Puffer traces) or ``"pensieve"`` (bandwidth-only traces).
+        **params: the variant's parameters, ``GELATO_DEFAULTS`` or ``PENSIEVE_DEFAULTS``.
+
+    Attributes:
+        obs_layout: the observation's 2-D shape ((10, 26) or (6, 8)); observations are its
+            row-major flattening, so ``obs.reshape(-1, *obs_layout)`` recovers the matrix.
+        n_levels: number of actions. params: the validated parameters.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+        "render_modes": [],
+    }
+    render_mode = None
+
+    def __init__(
+        self,
+        traces: TraceSet,
+        n_envs: int | None = None,
+        sampler: TraceSampler | None = None,
+        *,
+        mode: str = "train",
+        seed: int | np.random.SeedSequence | None = None,
+        variant: str = "gelato",
+        **params: Any,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if not isinstance(traces, TraceSet):
+            raise TypeError(f"traces must be a TraceSet, got {type(traces).__name__}")
+        for key in ("time", "bandwidth"):
+            if key not in traces.series:
+                raise ValueError(f"TraceSet {traces.name!r} has no series[{key!r}]; the ABR "
+                                 "simulator replays time (s) and bandwidth (Mbit/s)")
+        self._train = mode == "train"
+        self.mode, self.variant = mode, variant
+        if n_envs is None:
+            if self._train:
+                raise ValueError("n_envs is required in train mode")
+            n_envs = len(traces)
+        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
+            raise ValueError(f"n_envs must be an int >= 1, got {n_envs!r}")
+        _check_sampler(sampler, traces)
+        self.params = _params(variant, self._train, params)
+        self._traces = traces
+        self.num_envs = int(n_envs)
+        dynamics = _Gelato if variant == "gelato" else _Pensieve
+        self._sim = dynamics(traces, self.num_envs, self._train, self.params)
+        self._user_sampler = sampler
+        self.sampler: TraceSampler = sampler  # type: ignore[assignment]  (set by _seed)
+
+        self.n_levels = self._sim.n_levels
+        self.obs_layout = self._sim.obs_layout
+        self.obs_dim = self._sim.obs_dim
+        self.single_observation_space = self._sim.space
+        self.single_action_space = spaces.Discrete(self.n_levels)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._allocate()
+        self._autoreset = True
+        self._needs_reset = True
+        self._seed(seed)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def trace_set(self) -> TraceSet:
+        """The TraceSet this environment replays."""
+        return self._traces
+
+    @property
+    def current_traces(self) -> np.ndarray:
+        """(N,) trace index each copy currently plays (read-only view)."""
+        view = self._trace.view()
+        view.setflags(write=False)
+        return view
+
+    @property
+    def trace_time(self) -> np.ndarray:
+        """(N,) unwrapped trace time of each copy, seconds since its trace's t=0 (a copy)."""
+        return self._sim.tau.copy()
+
+    @property
+    def chunk_index(self) -> np.ndarray:
+        """(N,) index of the chunk each copy downloads next (gelato: the row of its trace's
+        video; pensieve: the chunk counter, 0 at an episode's start). A copy."""
+        return self._sim.start_chunk()
+
+    @property
+    def max_steps(self) -> int | None:
+        """The training step limit (gelato; None: episodes end only at the video's end)."""
+        return self._sim.max_steps
+
+    def last_step(self) -> dict[str, np.ndarray]:
+        """Per-copy components of the last step (copies, seconds): ``delay`` (download time,
+        noise included; pensieve: RTT too), ``stall``, ``buffer`` (after the cap), ``sleep``
+        (trace time skipped or slept), ``size`` (MB for gelato, bytes for pensieve),
+        ``quality``, ``change``, raw ``reward``, ``trace``, ``chunk`` (video index
+        downloaded), ``delay_noise`` and ``buffer_noise`` (the factors applied; 1 in test
+        mode)."""
+        out = self._sim.last_step()
+        out["trace"] = self._last_trace.copy()
+        return out
+
+    # ------------------------------------------------------------------ setup
+    def _allocate(self) -> None:
+        n = self.num_envs
+        # Episode sums (return, return_transformed, quality, stall, change, first_return)
+        # and counters (length, trace): a restart and the report are a few fancy ops.
+        self._fstate = np.zeros((6, n))
+        (self._ret, self._ret_t, self._qsum, self._ssum, self._csum,
+         self._first_ret) = self._fstate
+        self._istate = np.zeros((2, n), dtype=np.int64)
+        self._eplen, self._trace = self._istate
+        self._first = np.zeros(n, dtype=bool)  # the next step is an episode's first
+        self._last_trace = np.zeros(n, dtype=np.int64)
+        width = self._sim.max_len
+        self._rewbuf = np.zeros((n, width)) if self._train else None
+        self._rewflat = None if self._rewbuf is None else self._rewbuf.reshape(-1)
+        self._rew_rows = np.arange(n, dtype=np.int64) * width
+        self._idx = np.zeros(n, dtype=np.int64)
+        self._trunc = np.zeros(n, dtype=bool)
+        self._done = np.zeros(n, dtype=bool)
+        self._same_starts = bool(np.all(self._sim.n_starts == self._sim.n_starts[0]))
+
+    def _seed(self, seed: int | np.random.SeedSequence | None) -> None:
+        env_ss, sampler_ss = _child_seeds(seed, 2)
+        self._rng = np.random.default_rng(env_ss)
+        self._np_random = self._rng
+        self._np_random_seed = int(seed) if isinstance(seed, (int, np.integer)) else -1
+        self._sampler_ss = sampler_ss
+        if self._user_sampler is None:
+            self._default_sampler()
+
+    def _default_sampler(self) -> None:
+        n = len(self._traces)
+        if self._train:
+            self.sampler = UniformSampler(n, np.random.default_rng(self._sampler_ss))
+        else:
+            self.sampler = SequentialSampler(n)
+
+    # ------------------------------------------------------------------ gym API
+    def reset(
+        self,
+        *,
+        seed: int | np.random.SeedSequence | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start a new episode in every copy (unfinished episodes are dropped unreported).
+        ``options`` is accepted for API compatibility and ignored."""
+        if seed is not None:
+            self._seed(seed)
+        elif self._user_sampler is None and not self._train and self._autoreset:
+            self._default_sampler()  # test mode: copy i plays trace i after every reset
+        self._restart(np.arange(self.num_envs))
+        self._needs_reset = False
+        return self._sim.obs.copy(), self._trace_info()
+
+    def _check_actions(self, actions: Any) -> np.ndarray:
+        a = np.asarray(actions)
+        if a.shape != (self.num_envs,):
+            if a.size != self.num_envs:
+                raise ValueError(f"actions must have shape ({self.num_envs},), got {a.shape}")
+            a = a.reshape(self.num_envs)
+        if a.dtype.kind not in "iu":
+            if a.dtype.kind == "f" and np.all(a == np.floor(a)):
+                a = a.astype(np.int64)
+            else:
+                raise ValueError(f"actions must be integer encoding indices, got dtype {a.dtype}")
+        if np.minimum.reduce(a) < 0 or np.maximum.reduce(a) >= self.n_levels:
+            raise ValueError(f"actions must lie in [0, {self.n_levels - 1}], got {a}")
+        return a
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every copy; finished copies are reset in the same call (see the module doc)."""
+        if self._needs_reset:
+            raise RuntimeError("call reset() before step() (and after an episode ends when "
+                               "autoreset is off)")
+        a = self._check_actions(actions)
+        sim = self._sim
+        rt = sim.step(a, self._rng if self._train else None, self._first)
+        self._account(sim, rt)
+        terminated = sim.terminated.copy()
+        truncated = self._trunc
+        if sim.max_steps is not None:
+            np.equal(self._eplen, sim.max_steps, out=truncated)
+            np.greater(truncated, terminated, out=truncated)  # and not terminated
+        done = np.logical_or(terminated, truncated, out=self._done)
+        truncated = truncated.copy()
+        infos: dict[str, Any] = {}
+        if done.any():
+            self._finish(done, infos)
+        infos["trace"] = self._trace.copy()
+        infos["_trace"] = np.ones(self.num_envs, dtype=bool)
+        return sim.obs.copy(), rt, terminated, truncated, infos
+
+    def _account(self, sim: _Dynamics, rt: np.ndarray) -> None:
+        """Episode sums, the first chunk's QoE and the reward record for the sampler."""
+        self._ret += sim.raw
+        self._ret_t += rt
+        self._qsum += sim.quality
+        self._ssum += sim.stall
+        self._csum += sim.change
+        np.copyto(self._first_ret, sim.raw, where=self._first)
+        self._first.fill(False)
+        np.copyto(self._last_trace, self._trace)
+        if self._train:
+            np.add(self._rew_rows, self._eplen, out=self._idx)
+            self._rewflat.put(self._idx, rt, mode="clip")
+        self._eplen += 1
+
+    def _trace_info(self) -> dict[str, np.ndarray]:
+        return {"trace": self._trace.copy(), "_trace": np.ones(self.num_envs, dtype=bool)}
+
+    def _finish(self, done: np.ndarray, infos: dict[str, Any]) -> None:
+        """Report finished episodes, update the sampler, autoreset (same step)."""
+        ended = np.flatnonzero(done)
+        mask = done.copy()
+        infos["final_obs"] = self._sim.obs.copy()
+        infos["_final_obs"] = mask.copy()
+        ret, ret_t, quality, stall, change, first = np.where(mask, self._fstate, 0.0)
+        length, trace = np.where(mask, self._istate, 0)
+        infos["episode"] = {
+            "return": ret, "return_transformed": ret_t, "length": length, "trace": trace,
+            "quality": quality, "stall": stall, "change": change, "first_return": first,
+            "video_seconds": length * self._sim.chunk_seconds,
+        }
+        infos["_episode"] = mask
+        if self._train:
+            for i in ended:
+                self.sampler.update(
+                    int(self._trace[i]), rewards=self._rewbuf[i, : self._eplen[i]].copy())
+        if self._autoreset:
+            self._restart(ended)
+        else:
+            self._needs_reset = True
+
+    def _restart(self, ids: np.ndarray) -> None:
+        """New episodes for copies ``ids``: draw traces (and starts), zero the sums."""
+        count = len(ids)
+        n_traces = len(self._traces)
+        new = np.asarray(self.sampler.sample_many(count), dtype=np.int64).reshape(-1)
+        if (new.shape != (count,) or np.minimum.reduce(new) < 0
+                or np.maximum.reduce(new) >= n_traces):
+            raise RuntimeError(
+                f"sampler {type(self.sampler).__name__} returned invalid trace indices {new!r}")
+        n_starts = self._sim.n_starts
+        if not self._train:
+            start = np.zeros(count, dtype=np.int64)
+        elif self._same_starts:
+            start = self._rng.integers(0, n_starts[0], size=count)
+        else:
+            start = self._rng.integers(0, n_starts[new])
+        self._fstate[:, ids] = 0.0
+        self._eplen[ids] = 0
+        self._trace[ids] = new
+        self._first[ids] = True
+        self._sim.restart(ids, new, start)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return (f"AbrVecEnv({self._traces.name!r}, variant={self.variant}, "
+                f"num_envs={self.num_envs}, mode={self.mode}, "
+                f"sampler={type(self.sampler).__name__})")
+
+
+class AbrEnv(gym.Env):
+    """Single-copy ABR environment (an ``AbrVecEnv`` with one copy and no autoreset).
+
+    Takes the same arguments as :class:`AbrVecEnv` except ``n_envs``. ``step`` returns the
+    agent reward and Gymnasium's ``terminated`` / ``truncated``; ``info`` holds the step's
+    ``last_step()`` components as floats, and on the final step an ``episode`` dict. After an
+    episode ends call ``reset()``. In test mode with the default sampler, successive
+    ``reset()`` calls play traces 0, 1, 2, ... (``reset(seed=...)`` starts again at 0).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, traces: TraceSet, sampler: TraceSampler | None = None, **kwargs: Any):
+        if "n_envs" in kwargs:
+            raise TypeError("AbrEnv is a single copy; use AbrVecEnv for n_envs")
+        self.vec = AbrVecEnv(traces, 1, sampler, **kwargs)
+        self.vec._autoreset = False
+        self.observation_space = self.vec.single_observation_space
+        self.action_space = self.vec.single_action_space
+        self.obs_layout = self.vec.obs_layout
+
+    @property
+    def trace_set(self) -> TraceSet:
+        return self.vec.trace_set
+
+    @property
+    def sampler(self) -> TraceSampler:
+        return self.vec.sampler
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.vec.reset(seed=seed, options=options)
+        self._np_random = self.vec._rng
+        self._np_random_seed = self.vec._np_random_seed
+        return obs[0], {"trace": int(info["trace"][0])}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if not self.action_space.contains(action):
+            raise ValueError(f"action must be in {self.action_space}, got {action!r}")
+        obs, reward, terminated, truncated, infos = self.vec.step(
+            np.array([action], dtype=np.int64))
+        info: dict[str, Any] = {k: v[0].item() for k, v in self.vec.last_step().items()}
+        if "episode" in infos:
+            info["episode"] = {k: v[0].item() for k, v in infos["episode"].items()}
+        return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
