@@ -26,7 +26,6 @@ import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
@@ -71,19 +70,8 @@ def cooked_like(seed: int = 1, n: int = 127) -> TraceSet:
 
 
 def steps_per_s(make, n_envs: int, n_actions: int, repeats: int) -> list[float]:
-    env = make(n_envs)
-    env.reset()
     steps = int(min(max(500_000 // n_envs, 2_000), 20_000))
-    actions = np.random.default_rng(0).integers(0, n_actions, (steps, n_envs))
-    for a in actions[:50]:  # warm-up
-        env.step(a)
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for a in actions:
-            env.step(a)
-        rates.append(steps * n_envs / (time.perf_counter() - start))
-    return rates
+    return single_thread.random_action_steps_per_s(make(n_envs), n_actions, steps, repeats)
 
 
 def main() -> None:

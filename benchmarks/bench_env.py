@@ -173,17 +173,7 @@ def check_scalar_matches_batched(traces, n_copies: int = 16) -> float:
 
 def batched_steps_per_s(traces, n_envs: int, steps: int, repeats: int) -> list[float]:
     env = TraceBenchVecEnv(traces, n_envs, mode="train", seed=0)
-    env.reset()
-    actions = np.random.default_rng(0).integers(0, 3, (steps, n_envs))
-    for a in actions[:50]:  # warm-up
-        env.step(a)
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for a in actions:
-            env.step(a)
-        rates.append(steps * n_envs / (time.perf_counter() - start))
-    return rates
+    return single_thread.random_action_steps_per_s(env, 3, steps, repeats)
 
 
 def main() -> None:

@@ -31,6 +31,24 @@ def test_every_registered_env_has_a_consistent_spec():
         get_env("nosuchenv")
 
 
+@pytest.mark.parametrize("name", sorted(ENV_PACKAGES))
+def test_every_spec_builds_a_checked_single_copy_view_and_a_test_batch(name):
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    spec = get_env(name)
+    params = spec.params()
+    dataset = spec.default_dataset(params)
+    traces = spec.load_builtin(dataset, "test").subset(range(4))
+    spec.check_channels(traces, params, dataset)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # unbounded Box warnings (Pensieve state)
+        check_env(spec.single(traces, mode="train", seed=0, params=params), skip_render_check=True)
+    batch = spec.make(traces, None, None, mode="test", seed=None, params=params)
+    assert batch.num_envs == 4 and batch.metadata["autoreset_mode"].name == "SAME_STEP"
+
+
 def test_the_ported_harness_reproduces_the_recorded_tracebench_run_exactly(compose_cfg, tmp_path):
     """Recorded before the environment contract existed (tests/data/tracebench_reference/
     record.py): PPO + Plume-Dynamic on majority_fast, seed 3. Every eval and sampler row must

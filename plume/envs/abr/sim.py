@@ -141,7 +141,6 @@ import math
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -150,6 +149,7 @@ from gymnasium.vector.utils import batch_space
 from plume.envs.abr.video import BITRATES_KBPS, VIDEO_SIZES
 from plume.envs.replay import BatchedDownload, PayloadTables
 from plume.envs.tracebench.env import _child_seeds  # one seeding scheme for every env
+from plume.envs.single import SingleCopyEnv
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
 from plume.traces.traceset import TraceSet
 
@@ -845,7 +845,7 @@ class AbrVecEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._allocate()
-        self._autoreset = True
+        self.autoreset = True  # public: False = a finished copy waits for reset() (SingleCopyEnv)
         self._needs_reset = True
         self._seed(seed)
 
@@ -937,7 +937,7 @@ class AbrVecEnv(VectorEnv):
         ``options`` is accepted for API compatibility and ignored."""
         if seed is not None:
             self._seed(seed)
-        elif self._user_sampler is None and not self._train and self._autoreset:
+        elif self._user_sampler is None and not self._train and self.autoreset:
             self._default_sampler()  # test mode: copy i plays trace i after every reset
         self._restart(np.arange(self.num_envs))
         self._needs_reset = False
@@ -1019,7 +1019,7 @@ class AbrVecEnv(VectorEnv):
             for i in ended:
                 self.sampler.update(
                     int(self._trace[i]), rewards=self._rewbuf[i, : self._eplen[i]].copy())
-        if self._autoreset:
+        if self.autoreset:
             self._restart(ended)
         else:
             self._needs_reset = True
@@ -1055,7 +1055,7 @@ class AbrVecEnv(VectorEnv):
                 f"sampler={type(self.sampler).__name__})")
 
 
-class AbrEnv(gym.Env):
+class AbrEnv(SingleCopyEnv):
     """Single-copy ABR environment (an ``AbrVecEnv`` with one copy and no autoreset).
 
     Takes the same arguments as :class:`AbrVecEnv` except ``n_envs``. ``step`` returns the
@@ -1065,39 +1065,11 @@ class AbrEnv(gym.Env):
     ``reset()`` calls play traces 0, 1, 2, ... (``reset(seed=...)`` starts again at 0).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
-
     def __init__(self, traces: TraceSet, sampler: TraceSampler | None = None, **kwargs: Any):
         if "n_envs" in kwargs:
             raise TypeError("AbrEnv is a single copy; use AbrVecEnv for n_envs")
-        self.vec = AbrVecEnv(traces, 1, sampler, **kwargs)
-        self.vec._autoreset = False
-        self.observation_space = self.vec.single_observation_space
-        self.action_space = self.vec.single_action_space
-        self.obs_layout = self.vec.obs_layout
+        super().__init__(AbrVecEnv(traces, 1, sampler, **kwargs))
 
     @property
-    def trace_set(self) -> TraceSet:
-        return self.vec.trace_set
-
-    @property
-    def sampler(self) -> TraceSampler:
-        return self.vec.sampler
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        obs, info = self.vec.reset(seed=seed, options=options)
-        self._np_random = self.vec._rng
-        self._np_random_seed = self.vec._np_random_seed
-        return obs[0], {"trace": int(info["trace"][0])}
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if not self.action_space.contains(action):
-            raise ValueError(f"action must be in {self.action_space}, got {action!r}")
-        obs, reward, terminated, truncated, infos = self.vec.step(
-            np.array([action], dtype=np.int64))
-        info: dict[str, Any] = {k: v[0].item() for k, v in self.vec.last_step().items()}
-        if "episode" in infos:
-            info["episode"] = {k: v[0].item() for k, v in infos["episode"].items()}
-        return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
+    def obs_layout(self) -> tuple[int, int]:
+        return self.vec.obs_layout

@@ -92,13 +92,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from plume.envs.replay import COMPLETE_TOL, BatchedDownload, PayloadTables
+from plume.envs.single import SingleCopyEnv
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
 from plume.traces.tracebench import BITRATES
 from plume.traces.traceset import TraceSet
@@ -286,7 +286,7 @@ class TraceBenchVecEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         self._allocate()
-        self._autoreset = True
+        self.autoreset = True  # public: False = a finished copy waits for reset() (SingleCopyEnv)
         self._needs_reset = True
         self._seed(seed)
 
@@ -398,7 +398,7 @@ class TraceBenchVecEnv(VectorEnv):
         ``options`` is accepted for API compatibility and ignored."""
         if seed is not None:
             self._seed(seed)
-        elif self._user_sampler is None and not self._train and self._autoreset:
+        elif self._user_sampler is None and not self._train and self.autoreset:
             self._default_sampler()  # test mode: copy i plays trace i after every reset
         self._restart(np.arange(self.num_envs))
         self._needs_reset = False
@@ -554,7 +554,7 @@ class TraceBenchVecEnv(VectorEnv):
                 self.sampler.update(
                     int(self._trace[i]), rewards=self._rewbuf[i, : self._eplen[i]].copy()
                 )
-        if self._autoreset:
+        if self.autoreset:
             self._restart(ended)
         else:
             self._needs_reset = True
@@ -598,7 +598,7 @@ class TraceBenchVecEnv(VectorEnv):
         )
 
 
-class TraceBenchEnv(gym.Env):
+class TraceBenchEnv(SingleCopyEnv):
     """Single-copy TraceBench (a ``TraceBenchVecEnv`` with one copy and no autoreset).
 
     Takes the same arguments as :class:`TraceBenchVecEnv` except ``n_envs``. ``step`` returns
@@ -609,37 +609,7 @@ class TraceBenchEnv(gym.Env):
     ``reset()`` calls play traces 0, 1, 2, ... (``reset(seed=...)`` starts again at 0).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
-
     def __init__(self, traces: TraceSet, sampler: TraceSampler | None = None, **kwargs: Any):
         if "n_envs" in kwargs:
             raise TypeError("TraceBenchEnv is a single copy; use TraceBenchVecEnv for n_envs")
-        self.vec = TraceBenchVecEnv(traces, 1, sampler, **kwargs)
-        self.vec._autoreset = False
-        self.observation_space = self.vec.single_observation_space
-        self.action_space = self.vec.single_action_space
-
-    @property
-    def trace_set(self) -> TraceSet:
-        return self.vec.trace_set
-
-    @property
-    def sampler(self) -> TraceSampler:
-        return self.vec.sampler
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        obs, info = self.vec.reset(seed=seed, options=options)
-        self._np_random = self.vec._rng
-        self._np_random_seed = self.vec._np_random_seed
-        return obs[0], {"trace": int(info["trace"][0])}
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if not self.action_space.contains(action):
-            raise ValueError(f"action must be in {self.action_space}, got {action!r}")
-        obs, reward, terminated, _, infos = self.vec.step(np.array([action], dtype=np.int64))
-        info: dict[str, Any] = {k: v[0].item() for k, v in self.vec.last_step().items()}
-        if "episode" in infos:
-            info["episode"] = {k: v[0].item() for k, v in infos["episode"].items()}
-        return obs[0], float(reward[0]), bool(terminated[0]), False, info
+        super().__init__(TraceBenchVecEnv(traces, 1, sampler, **kwargs))
