@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from plume.harness.train import run_job
 from plume.traces.abr import generate_pensieve_like
@@ -61,10 +62,25 @@ def test_a_directory_of_trace_files_trains_and_reports_with_no_user_code(
     score = json.loads((run / "score.json").read_text())
     anchors = score["normalisation"]["test_sets"][folder.name]
     assert anchors["floor"] < anchors["ceiling"]  # always-lowest below RobustMPC
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from plume.harness.controllers import run_controller
+    from tests.conftest import CONF_DIR
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("eval", overrides=[*overrides[-4:], "controller=bba",
+                                         f"paths.cache={tmp_path / 'cache'}"])
+    GlobalHydra.instance().clear()
+    run_controller(cfg, tmp_path / "runs" / "controllers" / "seed=0")
     result = build_report(tmp_path / "runs", tmp_path / "report", figures=False, reps=200,
                           baseline=None)
     text = result.report.read_text()
     assert "QoE per chunk" in text and "RobustMPC" in text
+    bba = result.tables["controllers"]
+    assert list(bba["controller"]) == ["bba"] and bba["dataset"].iloc[0] == str(folder)
+    assert 0.0 < bba["normalised"].iloc[0] < 1.5
 
 
 def test_gelato_trains_with_each_plume_sampler(compose_cfg, tmp_path):
@@ -76,6 +92,9 @@ def test_gelato_trains_with_each_plume_sampler(compose_cfg, tmp_path):
         assert frame["cluster"].notna().all()  # every test trace labelled with a cluster
         status = json.loads((out / "status.json").read_text())
         assert status["state"] == "completed"
+        config = yaml.safe_load((out / "config.yaml").read_text())
+        assert config["env"]["dataset"] == "puffer_synthetic"  # the null default, resolved
+        assert config["env"]["test_sets"] == ["puffer_synthetic"]
 
 
 def test_a_malformed_trace_file_fails_before_work_in_one_line(tmp_path):

@@ -28,7 +28,7 @@ from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_test_sets
 from plume.harness.evaluation import Evaluator
 from plume.harness.rundir import COMPLETED, EVAL_TABLE, FAILED, RESOLVED_CONFIG, RUNNING, RunDirectory
-from plume.harness.schema import ConfigError, env_section
+from plume.harness.schema import ConfigError, env_section, resolve_env_defaults
 from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
 
 log = logging.getLogger("plume")
@@ -54,6 +54,7 @@ def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if rundir.is_completed and not cfg.get("overwrite", False):
         log.info("skipping %s: already completed (overwrite=true to evaluate it again)", run_dir)
         return rundir.status().get("summary")
+    resolve_env_defaults(cfg, env)
     (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     started = time.time()
     rundir.write_status(RUNNING, exp_name=str(cfg.exp_name), seed=int(cfg.seed),

@@ -177,6 +177,16 @@ def validate(cfg: DictConfig) -> JobConfig:
     )
 
 
+def resolve_env_defaults(cfg: DictConfig, env: EnvSection) -> None:
+    """Write the dataset and test sets a null chose into ``cfg.env``, so the run directory's
+    ``config.yaml`` says what was trained and tested on."""
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.env.dataset = env.dataset
+        cfg.env.test_sets = list(env.test_sets)
+
+
 def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
     """The generic ``env`` keys, the environment's EnvSpec and its own checked params; every
     dataset named is checked to exist (and to be readable by its trace format)."""

@@ -34,7 +34,7 @@ from plume.harness.samplers import LearnerStatsBridge, build_sampler, run_analys
 from plume.harness.rundir import (
     COMPLETED, EVAL_TABLE, FAILED, RESOLVED_CONFIG, RUNNING, SAMPLER_TABLE, RunDirectory,
 )
-from plume.harness.schema import ConfigError, JobConfig, validate
+from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults, validate
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
 
@@ -82,6 +82,7 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
     if rundir.is_completed and not job.overwrite:
         log.info("skipping %s: already completed (overwrite=true to train it again)", run_dir)
         return rundir.status().get("summary")
+    resolve_env_defaults(cfg, job.env)
     fingerprint = _fingerprint(cfg)
     resume = None if job.overwrite else _resumable(rundir, fingerprint)
     (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))

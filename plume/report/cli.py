@@ -141,7 +141,7 @@ def controller_table(scores: pd.DataFrame,
     if scores.empty:
         return pd.DataFrame()
     frame = normalise(scores, normalisations)
-    return (frame.groupby(["sampler", "env", "dataset", "test_set"], as_index=False)
+    return (frame.groupby(["sampler", "env", "dataset", "test_set"], as_index=False, dropna=False)
             .agg(raw=("raw", "mean"), normalised=("score", "mean"), traces=("trace", "size"))
             .rename(columns={"sampler": "controller"}).round(4))
 

@@ -1,4 +1,5 @@
-"""Traces: the TraceSet container, trace generators (TraceBench) and file-format loaders."""
+"""Traces: the TraceSet container, trace generators (TraceBench, synthetic ABR) and
+file-format loaders (cooked, Mahimahi, Puffer, npz)."""
 
 from plume.traces.tracebench import (
     BITRATES,
@@ -11,17 +12,26 @@ from plume.traces.tracebench import (
     generate_tracebench,
     load_tracebench,
 )
-from plume.traces.traceset import TraceSet
+from plume.traces.abr import ABR_DATASETS, load_abr_dataset
+from plume.traces.loaders import TRACE_FORMATS, TraceFileError, describe_split, load_traces
+from plume.traces.traceset import TraceSet, TraceSetFileError
 
 __all__ = [
+    "ABR_DATASETS",
     "BITRATES",
     "DATASETS",
     "DATASET_SEED",
     "KINDS",
     "SPLITS",
+    "TRACE_FORMATS",
     "TRACE_LEN",
+    "TraceFileError",
     "TraceSet",
+    "TraceSetFileError",
+    "describe_split",
     "generate_all",
     "generate_tracebench",
+    "load_abr_dataset",
+    "load_traces",
     "load_tracebench",
 ]
