@@ -123,3 +123,21 @@ def test_plume_analyze_prints_clusters_of_the_synthetic_puffer_dataset(compose_c
     assert "dataset puffer_synthetic/train: 1000 traces" in text
     assert "candidate features: 16" in text and "ground-truth kinds x clusters" in text
     assert (tmp_path / "out" / "clusters.png").is_file()
+
+
+def test_traces_too_short_for_an_episode_are_refused_before_work_naming_the_trace(
+        compose_cfg, tmp_path):
+    from plume.harness.schema import ConfigError
+    from plume.traces.abr import generate_puffer_like
+
+    sessions = generate_puffer_like(12, seed=1)
+    short = sessions.subset(range(12), name="short")
+    lengths = short.lengths.copy()
+    lengths[7] = 60  # below the Gelato minimum of 86 chunks
+    clipped = type(short)(name="short", series=dict(short.series), lengths=lengths,
+                          chunks=dict(short.chunks), trace_ids=short.trace_ids)
+    path = clipped.save(tmp_path / "short.npz")
+    with pytest.raises(ConfigError, match=rf"trace .{short.trace_ids[7]}. has 60 chunks"):
+        run_job(compose_cfg(*ABR_TINY, "env=abr", f"env.dataset={path}",
+                            "env.trace_format=npz", "analysis.k_range=[2,3]"),
+                tmp_path / "run")

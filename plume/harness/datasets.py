@@ -91,3 +91,13 @@ def load_test_sets(spec: EnvSpec, env: Any, params: Any) -> dict[str, TraceSet]:
         logging.getLogger("plume").info(
             "test set %s", describe_test_set(spec, dataset, env.trace_format))
     return test_sets
+
+
+def make_env(spec: EnvSpec, traces: TraceSet, n_envs: int | None, sampler, *, mode: str,
+             seed, params: Any):
+    """``spec.make``; the environment refusing a trace (too short for an episode, a bad
+    chunk table, ...) is the user's data problem, so it becomes a ConfigError naming it."""
+    try:
+        return spec.make(traces, n_envs, sampler, mode=mode, seed=seed, params=params)
+    except ValueError as err:
+        raise ConfigError(f"{traces.name} ({mode}): {err}") from None

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from plume.envs.registry import EnvSpec
+from plume.harness.datasets import make_env
 from plume.sampling import TraceSampler
 from plume.traces import TraceSet
 
@@ -34,7 +35,7 @@ class Evaluator:
         self.test_sets = test_sets
         self.clusters = clusters or {}
         self.envs = {
-            name: spec.make(traces, None, None, mode="test", seed=None, params=params)
+            name: make_env(spec, traces, None, None, mode="test", seed=None, params=params)
             for name, traces in test_sets.items()
         }
 

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
 from plume.harness.anchors import SCORE_FILE, score_description
-from plume.harness.datasets import load_checked, load_test_sets
+from plume.harness.datasets import load_checked, load_test_sets, make_env
 from plume.harness.evaluation import Evaluator, sampler_weights
 from plume.harness.samplers import LearnerStatsBridge, build_sampler, run_analysis
 from plume.harness.rundir import (
@@ -175,8 +175,8 @@ class _Training:
         )
         self.bridge = (LearnerStatsBridge(self.sampler, job.env.n_envs)
                        if getattr(self.sampler, "wants_learner_stats", False) else None)
-        self.env = spec.make(
-            self.train_traces, job.env.n_envs,
+        self.env = make_env(
+            spec, self.train_traces, job.env.n_envs,
             self.sampler if self.bridge is None else self.bridge.stand_in,
             mode="train", seed=streams["env"], params=params,
         )
