@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from plume.envs.registry import EnvSpec
-from plume.harness.schema import ConfigError
+from plume.harness.errors import ConfigError
 from plume.traces import TraceSet
 
 

@@ -45,7 +45,8 @@ class Evaluator:
         frames = []
         for name, env in self.envs.items():
             traces = self.test_sets[name]
-            episodes = play_every_trace_once(env, policy, [m.name for m in self.spec.episode_fields])
+            fields = [m.name for m in self.spec.episode_fields]
+            episodes = play_every_trace_once(env, policy, fields)
             frame = pd.DataFrame(
                 {
                     "test_set": name,

@@ -15,11 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from plume.agents import PPOConfig
+from plume.harness.datasets import check_dataset, default_test_sets
+from plume.harness.errors import ConfigError
 from plume.sampling import SAMPLERS
 
 
-class ConfigError(ValueError):
-    """A job's configuration is invalid; the message names the key and what was expected."""
 
 
 @dataclass
@@ -191,7 +191,6 @@ def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
     """The generic ``env`` keys, the environment's EnvSpec and its own checked params; every
     dataset named is checked to exist (and to be readable by its trace format)."""
     from plume.envs.registry import get_env
-    from plume.harness.datasets import check_dataset, default_test_sets
 
     if node is None:
         raise ConfigError("config section 'env' is missing")

@@ -197,6 +197,11 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
     return {}
 
 
+def _anchor(test_sets: pd.Series, anchors: dict, key: str) -> np.ndarray:
+    """Per row, the run's recorded ``floor`` or ``ceiling`` for the row's test set (NaN if none)."""
+    return test_sets.map(lambda t: anchors.get(t, {}).get(key, np.nan)).to_numpy(float)
+
+
 def _seed_from_name(name: str) -> int | None:
     match = re.fullmatch(r"seed=(-?\d+)", name)
     return int(match.group(1)) if match else None
@@ -253,9 +258,8 @@ def load_scores(inventory: RunInventory) -> pd.DataFrame:
             "run_dir": run.run_dir,
             "exp_name": run.exp_name,
             "analysis": run.analysis,
-            "floor": test_sets.map(lambda t: anchors.get(t, {}).get("floor", np.nan)).to_numpy(float),
-            "ceiling": test_sets.map(
-                lambda t: anchors.get(t, {}).get("ceiling", np.nan)).to_numpy(float),
+            "floor": _anchor(test_sets, anchors, "floor"),
+            "ceiling": _anchor(test_sets, anchors, "ceiling"),
         })
         frames.append(frame)
     if not frames:

@@ -92,7 +92,8 @@ class TraceSet:
                             f"({n}{', n_chunks, ...' if rank > 1 else ','}), got {value.shape}")
                 self._check_values(kind, key, value.reshape(n, -1), np.ones(value.shape[:1], bool))
         for attr, value in [("series", series), ("lengths", lengths), ("chunks", chunks),
-                            ("constants", constants), ("labels", labels), ("meta", dict(self.meta))]:
+                            ("constants", constants), ("labels", labels),
+                            ("meta", dict(self.meta))]:
             object.__setattr__(self, attr, value)
         for array in [lengths, labels, ids, *series.values(), *chunks.values(),
                       *constants.values()]:

@@ -709,7 +709,7 @@ class _PensievePlanner:
         return out
 
     def _search(self, b0, prev, d, depth, prune):
-        m, n, rp, chunk = self.m, len(b0), self.s.rebuf_weight, self.s.chunk_seconds
+        rp, chunk = self.s.rebuf_weight, self.s.chunk_seconds
         x = d - b0[:, None]
         rebuf = np.maximum(x, 0.0)
         value = (self.gain[prev] - rp * rebuf)[:, :, None]  # (n, q1, rest = 1)
