@@ -141,3 +141,14 @@ def test_traces_too_short_for_an_episode_are_refused_before_work_naming_the_trac
         run_job(compose_cfg(*ABR_TINY, "env=abr", f"env.dataset={path}",
                             "env.trace_format=npz", "analysis.k_range=[2,3]"),
                 tmp_path / "run")
+
+
+def test_bandwidth_only_traces_in_the_gelato_setting_say_which_variant_plays_them(
+        compose_cfg, tmp_path):
+    from plume.harness.schema import ConfigError
+
+    folder = _trace_dir(tmp_path, "cooked", n=10)
+    with pytest.raises(ConfigError, match="needs channel.s. chunk_sizes, ssim_db.*"
+                                          "env.variant=pensieve"):
+        run_job(compose_cfg(*ABR_TINY, "env=abr", f"env.dataset={folder}",
+                            "env.trace_format=cooked"), tmp_path / "run")

@@ -421,3 +421,11 @@ def test_subset_preserves_rows_property(case):
     # every trace in order reproduces the original hash.
     assert traces.subset(indices).content_hash == sub.content_hash
     assert traces.subset(range(len(traces))).content_hash == traces.content_hash
+
+
+def test_the_content_hash_covers_units_but_not_provenance():
+    base = TraceSet(**_small(meta={"units": {"bandwidth": "Mbit/s"}, "source": "a/"}))
+    moved = TraceSet(**_small(meta={"units": {"bandwidth": "Mbit/s"}, "source": "b/"}))
+    other_units = TraceSet(**_small(meta={"units": {"bandwidth": "MB/s"}, "source": "a/"}))
+    assert base.content_hash == moved.content_hash
+    assert base.content_hash != other_units.content_hash

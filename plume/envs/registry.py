@@ -88,6 +88,7 @@ class EnvSpec:
             ``feature_set``, ``k_range``, ``resample_s``).
         algo_preset: the ``conf/algo`` option this environment trains with by default.
         default_dataset: ``params -> dataset`` used when ``env.dataset`` is null.
+        channel_help: appended to a missing-channel error (what to do instead).
     """
 
     name: str
@@ -107,6 +108,7 @@ class EnvSpec:
     analysis: Mapping[str, Any] = field(default_factory=dict)
     algo_preset: str = "ppo"
     default_dataset: Callable[[Any], str] | None = None
+    channel_help: str = ""
 
     def check_channels(self, traces: TraceSet, params: Any, source: str) -> None:
         """Raise ValueError naming ``source`` unless ``traces`` carries every required channel."""
@@ -114,7 +116,8 @@ class EnvSpec:
         if missing:
             raise ValueError(
                 f"{source}: env {self.name!r} needs channel(s) {', '.join(missing)}; the traces "
-                f"have {', '.join(traces.channel_names) or 'none'}")
+                f"have {', '.join(traces.channel_names) or 'none'}"
+                + (f"; {self.channel_help}" if self.channel_help else ""))
 
     def episode_columns(self, episodes: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The recorded fields of finished episodes plus their ``score`` column."""

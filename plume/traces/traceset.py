@@ -18,8 +18,8 @@ throughout (a download on it would never finish) and uses the forward convention
 ``constants["period"]`` when present, else for 1 s (Park's and Plume's rule). Units live in
 ``meta["units"]``. Ground-truth ``labels`` (never seen by Plume) and stable ``trace_ids``
 (file names, stream ids) travel with the traces. The content hash covers every channel,
-labels and ids (not the name or meta), so caches keyed on it (Plume's stage 1-2 analysis)
-stay valid across renames and copies.
+labels, ids and the units (not the name or the provenance in meta), so caches keyed on it
+(Plume's stage 1-2 analysis) stay valid across renames and copies.
 """
 
 from __future__ import annotations
@@ -217,8 +217,11 @@ class TraceSet:
 
     @cached_property
     def content_hash(self) -> str:
-        """SHA-256 over the valid samples of every channel, labels and ids."""
+        """SHA-256 over the valid samples of every channel, labels, ids and ``meta["units"]``
+        (what the numbers mean); not the name or the rest of ``meta`` (provenance such as a
+        source path), so a copied or renamed dataset keeps its hash and its cached analyses."""
         digest = hashlib.sha256()
+        digest.update(json.dumps(self.meta.get("units", {}), sort_keys=True).encode())
         digest.update(self.lengths.tobytes())
         for key in sorted(self.series):
             digest.update(f"series/{key}".encode())

@@ -140,6 +140,9 @@ SPEC = EnvSpec(
     algo_preset="ppo_abr",
     default_dataset=lambda params: ("puffer_synthetic" if params.variant == "gelato"
                                     else "pensieve_synthetic"),
+    channel_help=("the gelato setting replays Puffer traces (per-chunk sizes and SSIMs of every "
+                  "encoding); bandwidth-only traces (cooked, mahimahi) play with "
+                  "env.variant=pensieve"),
 )
 
 __all__ = ["SPEC", "AbrParams", "VARIANTS"]
