@@ -28,7 +28,12 @@ from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_test_sets
 from plume.harness.evaluation import Evaluator
 from plume.harness.rundir import (
-    COMPLETED, EVAL_TABLE, FAILED, RESOLVED_CONFIG, RUNNING, RunDirectory,
+    COMPLETED,
+    EVAL_TABLE,
+    FAILED,
+    RESOLVED_CONFIG,
+    RUNNING,
+    RunDirectory,
 )
 from plume.harness.schema import ConfigError, env_section, resolve_env_defaults
 from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver

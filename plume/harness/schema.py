@@ -20,8 +20,6 @@ from plume.harness.errors import ConfigError
 from plume.sampling import SAMPLERS
 
 
-
-
 @dataclass
 class TrainSection:
     total_steps: int = 1_000_000

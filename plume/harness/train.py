@@ -30,10 +30,16 @@ from plume import __version__
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_checked, load_test_sets, make_env
 from plume.harness.evaluation import Evaluator, sampler_weights
-from plume.harness.samplers import LearnerStatsBridge, build_sampler, run_analysis
 from plume.harness.rundir import (
-    COMPLETED, EVAL_TABLE, FAILED, RESOLVED_CONFIG, RUNNING, SAMPLER_TABLE, RunDirectory,
+    COMPLETED,
+    EVAL_TABLE,
+    FAILED,
+    RESOLVED_CONFIG,
+    RUNNING,
+    SAMPLER_TABLE,
+    RunDirectory,
 )
+from plume.harness.samplers import LearnerStatsBridge, build_sampler, run_analysis
 from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults, validate
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker

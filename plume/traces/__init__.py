@@ -1,6 +1,8 @@
 """Traces: the TraceSet container, trace generators (TraceBench, synthetic ABR) and
 file-format loaders (cooked, Mahimahi, Puffer, npz)."""
 
+from plume.traces.abr import ABR_DATASETS, load_abr_dataset
+from plume.traces.loaders import TRACE_FORMATS, TraceFileError, describe_split, load_traces
 from plume.traces.tracebench import (
     BITRATES,
     DATASET_SEED,
@@ -12,8 +14,6 @@ from plume.traces.tracebench import (
     generate_tracebench,
     load_tracebench,
 )
-from plume.traces.abr import ABR_DATASETS, load_abr_dataset
-from plume.traces.loaders import TRACE_FORMATS, TraceFileError, describe_split, load_traces
 from plume.traces.traceset import TraceSet, TraceSetFileError
 
 __all__ = [

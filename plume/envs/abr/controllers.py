@@ -62,6 +62,7 @@ episode (``mpc.py`` keeps its error list across videos).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -308,7 +309,7 @@ class _Workspace:
 
 
 # ---------------------------------------------------------------------------- base
-class Controller:
+class Controller(ABC):
     """A classic ABR rule as a batched policy: ``act(obs) -> (N,) int64`` actions.
 
     Subclasses implement :meth:`decide` on the parsed observation. ``name`` is the registry
@@ -326,8 +327,9 @@ class Controller:
 
     __call__ = act
 
+    @abstractmethod
     def decide(self, o: AbrObs) -> np.ndarray:
-        raise NotImplementedError
+        """The (N,) actions for a parsed batch of observations."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, variant={self.variant!r})"

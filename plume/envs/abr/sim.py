@@ -101,11 +101,8 @@ row; pensieve shifts all rows left and writes column 7 and the look-ahead sizes.
 per-chunk tables are built for gelato (the look-ahead reads ``chunk_sizes`` / ``ssim_db``
 directly), so memory stays that of the TraceSet plus the payload tables.
 
-Seeding (as TraceBench): ``seed`` (int, ``SeedSequence`` or None) gives two child streams
-without mutating a SeedSequence passed in: one ``np.random.Generator`` for the whole batch's
-start offsets and noise (so a training trajectory depends on ``n_envs`` as well as the seed),
-one for the default ``UniformSampler``. ``reset(seed=...)`` reseeds both; in test mode a
-default ``SequentialSampler`` restarts at trace 0 on every vector ``reset()``.
+Seeding, the default samplers and ``reset`` are those of every batched env here
+(``plume.envs.vector``): one generator for the whole batch's start offsets and noise.
 
 Deliberate differences from the references
 ------------------------------------------
@@ -139,18 +136,17 @@ from __future__ import annotations
 
 import math
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from plume.envs.abr.video import BITRATES_KBPS, VIDEO_SIZES
 from plume.envs.replay import BatchedDownload, PayloadTables
-from plume.envs.tracebench.env import _child_seeds  # one seeding scheme for every env
 from plume.envs.single import SingleCopyEnv
-from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
+from plume.envs.vector import TraceVecEnv
+from plume.sampling.base import TraceSampler
 from plume.traces.traceset import TraceSet
 
 __all__ = [
@@ -170,7 +166,6 @@ __all__ = [
 ]
 
 VARIANTS = ("gelato", "pensieve")
-MODES = ("train", "test")
 EPISODE_FIELDS = ("return", "return_transformed", "length", "trace", "quality", "stall",
                   "change", "first_return", "video_seconds")
 """Keys of ``infos["episode"]`` (see the module docstring)."""
@@ -306,16 +301,6 @@ def _puffer_chunks(traces: TraceSet) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"TraceSet {traces.name!r}: trace "
                          f"{str(traces.trace_ids[int(np.argmax(bad))])!r} has a chunk size <= 0")
     return sizes, ssim
-
-
-def _check_sampler(sampler: TraceSampler | None, traces: TraceSet) -> None:
-    if sampler is None:
-        return
-    if not isinstance(sampler, TraceSampler):
-        raise TypeError(f"sampler must be a TraceSampler, got {type(sampler).__name__}")
-    if sampler.n_traces != len(traces):
-        raise ValueError(f"sampler covers {sampler.n_traces} traces but the TraceSet "
-                         f"{traces.name!r} has {len(traces)}")
 
 
 # ---------------------------------------------------------------------------- slot ends
@@ -771,7 +756,7 @@ class _Pensieve(_Dynamics):
 
 
 # ---------------------------------------------------------------------------- vector env
-class AbrVecEnv(VectorEnv):
+class AbrVecEnv(TraceVecEnv):
     """N ABR copies in lockstep; Gymnasium vector API with same-step autoreset.
 
     Args:
@@ -793,12 +778,6 @@ class AbrVecEnv(VectorEnv):
         n_levels: number of actions. params: the validated parameters.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {
-        "autoreset_mode": AutoresetMode.SAME_STEP,
-        "render_modes": [],
-    }
-    render_mode = None
-
     def __init__(
         self,
         traces: TraceSet,
@@ -810,32 +789,17 @@ class AbrVecEnv(VectorEnv):
         variant: str = "gelato",
         **params: Any,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self._setup(traces, n_envs, sampler, mode)
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-        if not isinstance(traces, TraceSet):
-            raise TypeError(f"traces must be a TraceSet, got {type(traces).__name__}")
         for key in ("time", "bandwidth"):
             if key not in traces.series:
                 raise ValueError(f"TraceSet {traces.name!r} has no series[{key!r}]; the ABR "
                                  "simulator replays time (s) and bandwidth (Mbit/s)")
-        self._train = mode == "train"
-        self.mode, self.variant = mode, variant
-        if n_envs is None:
-            if self._train:
-                raise ValueError("n_envs is required in train mode")
-            n_envs = len(traces)
-        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
-            raise ValueError(f"n_envs must be an int >= 1, got {n_envs!r}")
-        _check_sampler(sampler, traces)
+        self.variant = variant
         self.params = _params(variant, self._train, params)
-        self._traces = traces
-        self.num_envs = int(n_envs)
         dynamics = _Gelato if variant == "gelato" else _Pensieve
         self._sim = dynamics(traces, self.num_envs, self._train, self.params)
-        self._user_sampler = sampler
-        self.sampler: TraceSampler = sampler  # type: ignore[assignment]  (set by _seed)
 
         self.n_levels = self._sim.n_levels
         self.obs_layout = self._sim.obs_layout
@@ -845,23 +809,9 @@ class AbrVecEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._allocate()
-        self.autoreset = True  # public: False = a finished copy waits for reset() (SingleCopyEnv)
-        self._needs_reset = True
         self._seed(seed)
 
     # ------------------------------------------------------------------ properties
-    @property
-    def trace_set(self) -> TraceSet:
-        """The TraceSet this environment replays."""
-        return self._traces
-
-    @property
-    def current_traces(self) -> np.ndarray:
-        """(N,) trace index each copy currently plays (read-only view)."""
-        view = self._trace.view()
-        view.setflags(write=False)
-        return view
-
     @property
     def trace_time(self) -> np.ndarray:
         """(N,) unwrapped trace time of each copy, seconds since its trace's t=0 (a copy)."""
@@ -910,62 +860,12 @@ class AbrVecEnv(VectorEnv):
         self._done = np.zeros(n, dtype=bool)
         self._same_starts = bool(np.all(self._sim.n_starts == self._sim.n_starts[0]))
 
-    def _seed(self, seed: int | np.random.SeedSequence | None) -> None:
-        env_ss, sampler_ss = _child_seeds(seed, 2)
-        self._rng = np.random.default_rng(env_ss)
-        self._np_random = self._rng
-        self._np_random_seed = int(seed) if isinstance(seed, (int, np.integer)) else -1
-        self._sampler_ss = sampler_ss
-        if self._user_sampler is None:
-            self._default_sampler()
-
-    def _default_sampler(self) -> None:
-        n = len(self._traces)
-        if self._train:
-            self.sampler = UniformSampler(n, np.random.default_rng(self._sampler_ss))
-        else:
-            self.sampler = SequentialSampler(n)
-
     # ------------------------------------------------------------------ gym API
-    def reset(
-        self,
-        *,
-        seed: int | np.random.SeedSequence | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start a new episode in every copy (unfinished episodes are dropped unreported).
-        ``options`` is accepted for API compatibility and ignored."""
-        if seed is not None:
-            self._seed(seed)
-        elif self._user_sampler is None and not self._train and self.autoreset:
-            self._default_sampler()  # test mode: copy i plays trace i after every reset
-        self._restart(np.arange(self.num_envs))
-        self._needs_reset = False
-        return self._sim.obs.copy(), self._trace_info()
-
-    def _check_actions(self, actions: Any) -> np.ndarray:
-        a = np.asarray(actions)
-        if a.shape != (self.num_envs,):
-            if a.size != self.num_envs:
-                raise ValueError(f"actions must have shape ({self.num_envs},), got {a.shape}")
-            a = a.reshape(self.num_envs)
-        if a.dtype.kind not in "iu":
-            if a.dtype.kind == "f" and np.all(a == np.floor(a)):
-                a = a.astype(np.int64)
-            else:
-                raise ValueError(f"actions must be integer encoding indices, got dtype {a.dtype}")
-        if np.minimum.reduce(a) < 0 or np.maximum.reduce(a) >= self.n_levels:
-            raise ValueError(f"actions must lie in [0, {self.n_levels - 1}], got {a}")
-        return a
-
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every copy; finished copies are reset in the same call (see the module doc)."""
-        if self._needs_reset:
-            raise RuntimeError("call reset() before step() (and after an episode ends when "
-                               "autoreset is off)")
-        a = self._check_actions(actions)
+        a = self._check_step(actions, self.n_levels, "encoding")
         sim = self._sim
         rt = sim.step(a, self._rng if self._train else None, self._first)
         self._account(sim, rt)
@@ -998,56 +898,26 @@ class AbrVecEnv(VectorEnv):
             self._rewflat.put(self._idx, rt, mode="clip")
         self._eplen += 1
 
-    def _trace_info(self) -> dict[str, np.ndarray]:
-        return {"trace": self._trace.copy(), "_trace": np.ones(self.num_envs, dtype=bool)}
+    def _observation(self) -> np.ndarray:
+        return self._sim.obs
 
-    def _finish(self, done: np.ndarray, infos: dict[str, Any]) -> None:
-        """Report finished episodes, update the sampler, autoreset (same step)."""
-        ended = np.flatnonzero(done)
-        mask = done.copy()
-        infos["final_obs"] = self._sim.obs.copy()
-        infos["_final_obs"] = mask.copy()
+    def _episode_fields(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         ret, ret_t, quality, stall, change, first = np.where(mask, self._fstate, 0.0)
         length, trace = np.where(mask, self._istate, 0)
-        infos["episode"] = {
+        return {
             "return": ret, "return_transformed": ret_t, "length": length, "trace": trace,
             "quality": quality, "stall": stall, "change": change, "first_return": first,
             "video_seconds": length * self._sim.chunk_seconds,
         }
-        infos["_episode"] = mask
-        if self._train:
-            for i in ended:
-                self.sampler.update(
-                    int(self._trace[i]), rewards=self._rewbuf[i, : self._eplen[i]].copy())
-        if self.autoreset:
-            self._restart(ended)
-        else:
-            self._needs_reset = True
 
     def _restart(self, ids: np.ndarray) -> None:
         """New episodes for copies ``ids``: draw traces (and starts), zero the sums."""
-        count = len(ids)
-        n_traces = len(self._traces)
-        new = np.asarray(self.sampler.sample_many(count), dtype=np.int64).reshape(-1)
-        if (new.shape != (count,) or np.minimum.reduce(new) < 0
-                or np.maximum.reduce(new) >= n_traces):
-            raise RuntimeError(
-                f"sampler {type(self.sampler).__name__} returned invalid trace indices {new!r}")
-        n_starts = self._sim.n_starts
-        if not self._train:
-            start = np.zeros(count, dtype=np.int64)
-        elif self._same_starts:
-            start = self._rng.integers(0, n_starts[0], size=count)
-        else:
-            start = self._rng.integers(0, n_starts[new])
+        new, start = self._draw(len(ids), self._sim.n_starts, self._same_starts)
         self._fstate[:, ids] = 0.0
         self._eplen[ids] = 0
         self._trace[ids] = new
         self._first[ids] = True
         self._sim.restart(ids, new, start)
-
-    def close_extras(self, **kwargs: Any) -> None:
-        pass
 
     def __repr__(self) -> str:
         return (f"AbrVecEnv({self._traces.name!r}, variant={self.variant}, "

@@ -76,30 +76,23 @@ Deliberate changes from the reference
   15, the default). Start offsets use ``min(L, n_chunks)`` for the reference's trace length
   (both 100 in TraceBench).
 
-Seeding
--------
-``seed`` (an int, a ``numpy.random.SeedSequence`` or None) gives two independent child
-streams, derived without mutating a SeedSequence passed in: one ``np.random.Generator`` for
-the whole batch's start offsets and noise, and one for the default ``UniformSampler`` (a
-sampler passed in owns its own generator and is never reseeded). Because one generator
-serves the batch, a training trajectory depends on ``n_envs`` as well as the seed (the
-usual trade of speed for N-independence). ``reset(seed=...)`` reseeds both streams (the
-default sampler is rebuilt); in test mode a default ``SequentialSampler`` restarts at trace 0
-on every ``reset()``, so after reset copy i plays trace i.
+Seeding, the default samplers and ``reset`` are those of every batched env here
+(``plume.envs.vector``): one generator for the whole batch, so a training trajectory depends on
+``n_envs`` as well as the seed.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from plume.envs.replay import COMPLETE_TOL, BatchedDownload, PayloadTables
 from plume.envs.single import SingleCopyEnv
-from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
+from plume.envs.vector import TraceVecEnv
+from plume.sampling.base import TraceSampler
 from plume.traces.tracebench import BITRATES
 from plume.traces.traceset import TraceSet
 
@@ -115,7 +108,6 @@ __all__ = [
     "transform_reward",
 ]
 
-MODES = ("train", "test")
 SIZE_NORM = float(BITRATES[-1])
 """Quality and chunk sizes are divided by the top bitrate (6) in the observation."""
 DELAY_NORM = 20.0
@@ -144,26 +136,7 @@ REWARD_SPAN = transform_reward(float(BITRATES[-1])) + REWARD_SHIFT
 """``transform_reward(6) + 2 = 3.4545``: the reference's reward normaliser."""
 
 
-def _child_seeds(seed: int | np.random.SeedSequence | None, count: int):
-    """``count`` children of ``seed`` as SeedSequence.spawn would give, without mutating it."""
-    if isinstance(seed, np.random.SeedSequence):
-        ss = seed
-    elif seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)):
-        if seed is not None and int(seed) < 0:
-            raise ValueError(f"seed must be a non-negative int, got {seed}")
-        ss = np.random.SeedSequence(None if seed is None else int(seed))
-    else:
-        raise TypeError(f"seed must be an int, a numpy SeedSequence or None, got {seed!r}")
-    return [
-        np.random.SeedSequence(
-            ss.entropy, spawn_key=(*ss.spawn_key, ss.n_children_spawned + i),
-            pool_size=ss.pool_size,
-        )
-        for i in range(count)
-    ]
-
-
-class TraceBenchVecEnv(VectorEnv):
+class TraceBenchVecEnv(TraceVecEnv):
     """N TraceBench copies in lockstep; Gymnasium vector API with same-step autoreset.
 
     Args:
@@ -183,12 +156,6 @@ class TraceBenchVecEnv(VectorEnv):
         min_trace_len: training start offsets are ``< max(min(L, n_chunks) - min_trace_len, 1)``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {
-        "autoreset_mode": AutoresetMode.SAME_STEP,
-        "render_modes": [],
-    }
-    render_mode = None
-
     def __init__(
         self,
         traces: TraceSet,
@@ -204,19 +171,8 @@ class TraceBenchVecEnv(VectorEnv):
         chunk_seconds: float = 2.0,
         min_trace_len: int = 90,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if not isinstance(traces, TraceSet):
-            raise TypeError(f"traces must be a TraceSet, got {type(traces).__name__}")
-        self._train = mode == "train"
-        self.mode = mode
+        self._setup(traces, n_envs, sampler, mode)
         n_traces = len(traces)
-        if n_envs is None:
-            if self._train:
-                raise ValueError("n_envs is required in train mode")
-            n_envs = n_traces
-        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
-            raise ValueError(f"n_envs must be an int >= 1, got {n_envs!r}")
         for name, value in [("quality_weight", quality_weight), ("rebuf_weight", rebuf_weight)]:
             if not np.isfinite(value):
                 raise ValueError(f"{name} must be finite, got {value}")
@@ -247,25 +203,12 @@ class TraceBenchVecEnv(VectorEnv):
             raise ValueError(
                 f"TraceSet {traces.name!r}: chunks['video_sizes'] must be finite and positive"
             )
-        if sampler is not None:
-            if not isinstance(sampler, TraceSampler):
-                raise TypeError(f"sampler must be a TraceSampler, got {type(sampler).__name__}")
-            if sampler.n_traces != n_traces:
-                raise ValueError(
-                    f"sampler covers {sampler.n_traces} traces but the TraceSet "
-                    f"{traces.name!r} has {n_traces}"
-                )
-
-        self._traces = traces
-        self.num_envs = int(n_envs)
         self.quality_weight = float(quality_weight)
         self.rebuf_weight = float(rebuf_weight)
         self.history_len = int(history_len)
         self.max_buffer = float(max_buffer)
         self.chunk_seconds = float(chunk_seconds)
         self.min_trace_len = int(min_trace_len)
-        self._user_sampler = sampler
-        self.sampler: TraceSampler = sampler  # type: ignore[assignment]  (set by _seed)
 
         # Static tables.
         self._tables = PayloadTables(traces)
@@ -286,23 +229,9 @@ class TraceBenchVecEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         self._allocate()
-        self.autoreset = True  # public: False = a finished copy waits for reset() (SingleCopyEnv)
-        self._needs_reset = True
         self._seed(seed)
 
     # ------------------------------------------------------------------ properties
-    @property
-    def trace_set(self) -> TraceSet:
-        """The TraceSet this environment replays."""
-        return self._traces
-
-    @property
-    def current_traces(self) -> np.ndarray:
-        """(N,) trace index each copy currently plays (read-only view)."""
-        view = self._trace.view()
-        view.setflags(write=False)
-        return view
-
     @property
     def trace_time(self) -> np.ndarray:
         """(N,) unwrapped trace time of each copy in seconds since its trace's t=0 (a copy)."""
@@ -371,54 +300,7 @@ class TraceBenchVecEnv(VectorEnv):
         self._done = np.zeros(n, dtype=bool)
         self._cap = np.zeros(n, dtype=bool)
 
-    def _seed(self, seed: int | np.random.SeedSequence | None) -> None:
-        env_ss, sampler_ss = _child_seeds(seed, 2)
-        self._rng = np.random.default_rng(env_ss)
-        self._np_random = self._rng
-        self._np_random_seed = int(seed) if isinstance(seed, (int, np.integer)) else -1
-        self._sampler_ss = sampler_ss
-        if self._user_sampler is None:
-            self._default_sampler()
-
-    def _default_sampler(self) -> None:
-        n = len(self._traces)
-        if self._train:
-            self.sampler = UniformSampler(n, np.random.default_rng(self._sampler_ss))
-        else:
-            self.sampler = SequentialSampler(n)
-
     # ------------------------------------------------------------------ gym API
-    def reset(
-        self,
-        *,
-        seed: int | np.random.SeedSequence | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Start a new episode in every copy (unfinished episodes are dropped unreported).
-        ``options`` is accepted for API compatibility and ignored."""
-        if seed is not None:
-            self._seed(seed)
-        elif self._user_sampler is None and not self._train and self.autoreset:
-            self._default_sampler()  # test mode: copy i plays trace i after every reset
-        self._restart(np.arange(self.num_envs))
-        self._needs_reset = False
-        return self._obs.copy(), self._trace_info()
-
-    def _check_actions(self, actions: Any) -> np.ndarray:
-        a = np.asarray(actions)
-        if a.shape != (self.num_envs,):
-            if a.size != self.num_envs:
-                raise ValueError(f"actions must have shape ({self.num_envs},), got {a.shape}")
-            a = a.reshape(self.num_envs)
-        if a.dtype.kind not in "iu":
-            if a.dtype.kind == "f" and np.all(a == np.floor(a)):
-                a = a.astype(np.int64)
-            else:
-                raise ValueError(f"actions must be integer bitrate indices, got dtype {a.dtype}")
-        if np.minimum.reduce(a) < 0 or np.maximum.reduce(a) >= len(BITRATES):
-            raise ValueError(f"actions must lie in [0, {len(BITRATES) - 1}], got {a}")
-        return a
-
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -427,10 +309,7 @@ class TraceBenchVecEnv(VectorEnv):
         All arithmetic runs in place on preallocated float64 arrays; table look-ups use
         ``take(..., mode="clip")`` on indices computed here (always in range).
         """
-        if self._needs_reset:
-            raise RuntimeError("call reset() before step() (and after an episode ends when "
-                               "autoreset is off)")
-        a = self._check_actions(actions)
+        a = self._check_step(actions, len(BITRATES), "bitrate")
         tau, t1 = self._tau, self._t1
         s1, s2, idx = self._s1, self._s2, self._idx
         delay, stall, buf, sleep = self._delay, self._stall, self._buf, self._sleep
@@ -529,52 +408,18 @@ class TraceBenchVecEnv(VectorEnv):
         infos["_trace"] = np.ones(self.num_envs, dtype=bool)
         return self._obs.copy(), rt, done.copy(), np.zeros(self.num_envs, dtype=bool), infos
 
-    def _trace_info(self) -> dict[str, np.ndarray]:
-        return {"trace": self._trace.copy(), "_trace": np.ones(self.num_envs, dtype=bool)}
+    def _observation(self) -> np.ndarray:
+        return self._obs
 
-    def _finish(self, done: np.ndarray, infos: dict[str, Any]) -> None:
-        """Report finished episodes, update the sampler, autoreset (same step)."""
-        ended = np.flatnonzero(done)
-        mask = done.copy()
-        infos["final_obs"] = self._obs.copy()
-        infos["_final_obs"] = mask.copy()
+    def _episode_fields(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         ret, ret_t, quality, stall = np.where(mask, self._fstate[:4], 0.0)
         length, trace = np.where(mask, self._istate[:2], 0)
-        infos["episode"] = {
-            "return": ret,
-            "return_transformed": ret_t,
-            "length": length,
-            "trace": trace,
-            "quality": quality,
-            "stall": stall,
-        }
-        infos["_episode"] = mask
-        if self._train:
-            for i in ended:
-                self.sampler.update(
-                    int(self._trace[i]), rewards=self._rewbuf[i, : self._eplen[i]].copy()
-                )
-        if self.autoreset:
-            self._restart(ended)
-        else:
-            self._needs_reset = True
+        return {"return": ret, "return_transformed": ret_t, "length": length, "trace": trace,
+                "quality": quality, "stall": stall}
 
     def _restart(self, ids: np.ndarray) -> None:
         """New episodes for copies ``ids``: draw traces (and starts), zero the history."""
-        count = len(ids)
-        n_traces = len(self._traces)
-        new = np.asarray(self.sampler.sample_many(count), dtype=np.int64).reshape(-1)
-        if (new.shape != (count,) or np.minimum.reduce(new) < 0
-                or np.maximum.reduce(new) >= n_traces):
-            raise RuntimeError(
-                f"sampler {type(self.sampler).__name__} returned invalid trace indices {new!r}"
-            )
-        if not self._train:
-            start = np.zeros(count, dtype=np.int64)
-        elif self._same_starts:
-            start = self._rng.integers(0, self._n_starts[0], size=count)
-        else:
-            start = self._rng.integers(0, self._n_starts[new])
+        new, start = self._draw(len(ids), self._n_starts, self._same_starts)
         self._fstate[:6, ids] = 0.0  # returns, buffer, "not first chunk"
         self._download.assign(ids, new)
         self._tau[ids] = self._tables.local_time[new, start]
@@ -587,16 +432,6 @@ class TraceBenchVecEnv(VectorEnv):
         chunk = self._sizes[self._vrow[ids]]
         self._chunk[ids] = chunk
         self._obs[ids, h5:] = np.minimum(chunk * (1.0 / SIZE_NORM), 1.0)
-
-    def close_extras(self, **kwargs: Any) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return (
-            f"TraceBenchVecEnv({self._traces.name!r}, num_envs={self.num_envs}, mode={self.mode}, "
-            f"sampler={type(self.sampler).__name__})"
-        )
-
 
 class TraceBenchEnv(SingleCopyEnv):
     """Single-copy TraceBench (a ``TraceBenchVecEnv`` with one copy and no autoreset).

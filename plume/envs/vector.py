@@ -1,0 +1,199 @@
+"""What every batched trace-driven environment here shares, in one place: the mode and copy
+count, the sampler and its default, seeding, ``reset``, action checks, drawing each new
+episode's trace and start, and reporting finished episodes (final observations, episode
+fields, ``sampler.update``, same-step autoreset).
+
+A subclass (TraceBench, ABR) owns its dynamics and its episode sums; it provides
+``_observation()`` (the current (N, obs_dim) observation), ``_restart(ids)`` (new episodes
+for those copies, drawing with :meth:`TraceVecEnv._draw`) and ``_episode_fields(mask)``, and
+keeps ``_trace``, ``_eplen`` and, in train mode, ``_rewbuf`` (per-copy agent rewards of the
+episode so far) up to date.
+
+Seeding: ``seed`` (an int, a ``numpy.random.SeedSequence`` or None) gives two independent
+child streams, derived without mutating a SeedSequence passed in: one ``np.random.Generator``
+for the whole batch's start offsets and noise, and one for the default ``UniformSampler`` (a
+sampler passed in owns its own generator and is never reseeded). Because one generator serves
+the batch, a training trajectory depends on ``n_envs`` as well as the seed (speed over
+N-independence). ``reset(seed=...)`` reseeds both streams (the default sampler is rebuilt); in
+test mode a default ``SequentialSampler`` restarts at trace 0 on every ``reset()``, so after
+reset copy i plays trace i.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
+from plume.traces.traceset import TraceSet
+
+MODES = ("train", "test")
+
+
+def child_seeds(seed: int | np.random.SeedSequence | None, count: int):
+    """``count`` children of ``seed`` as SeedSequence.spawn would give, without mutating it."""
+    if isinstance(seed, np.random.SeedSequence):
+        ss = seed
+    elif seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)):
+        if seed is not None and int(seed) < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed}")
+        ss = np.random.SeedSequence(None if seed is None else int(seed))
+    else:
+        raise TypeError(f"seed must be an int, a numpy SeedSequence or None, got {seed!r}")
+    return [
+        np.random.SeedSequence(
+            ss.entropy, spawn_key=(*ss.spawn_key, ss.n_children_spawned + i),
+            pool_size=ss.pool_size,
+        )
+        for i in range(count)
+    ]
+
+
+class TraceVecEnv(VectorEnv):
+    """Base of the batched trace-driven environments (see the module docstring)."""
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+        "render_modes": [],
+    }
+    render_mode = None
+
+    def _setup(self, traces: TraceSet, n_envs: int | None, sampler: TraceSampler | None,
+               mode: str) -> None:
+        """Check and store what every subclass takes first; call before anything else."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not isinstance(traces, TraceSet):
+            raise TypeError(f"traces must be a TraceSet, got {type(traces).__name__}")
+        self._train = mode == "train"
+        self.mode = mode
+        if n_envs is None:
+            if self._train:
+                raise ValueError("n_envs is required in train mode")
+            n_envs = len(traces)
+        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
+            raise ValueError(f"n_envs must be an int >= 1, got {n_envs!r}")
+        if sampler is not None:
+            if not isinstance(sampler, TraceSampler):
+                raise TypeError(f"sampler must be a TraceSampler, got {type(sampler).__name__}")
+            if sampler.n_traces != len(traces):
+                raise ValueError(f"sampler covers {sampler.n_traces} traces but the TraceSet "
+                                 f"{traces.name!r} has {len(traces)}")
+        self._traces = traces
+        self.num_envs = int(n_envs)
+        self._user_sampler = sampler
+        self.sampler: TraceSampler = sampler  # type: ignore[assignment]  (set by _seed)
+        self.autoreset = True  # public: False = a finished copy waits for reset() (SingleCopyEnv)
+        self._needs_reset = True
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def trace_set(self) -> TraceSet:
+        """The TraceSet this environment replays."""
+        return self._traces
+
+    @property
+    def current_traces(self) -> np.ndarray:
+        """(N,) trace index each copy currently plays (read-only view)."""
+        view = self._trace.view()
+        view.setflags(write=False)
+        return view
+
+    # ------------------------------------------------------------------ seeding
+    def _seed(self, seed: int | np.random.SeedSequence | None) -> None:
+        env_ss, sampler_ss = child_seeds(seed, 2)
+        self._rng = np.random.default_rng(env_ss)
+        self._np_random = self._rng
+        self._np_random_seed = int(seed) if isinstance(seed, (int, np.integer)) else -1
+        self._sampler_ss = sampler_ss
+        if self._user_sampler is None:
+            self._default_sampler()
+
+    def _default_sampler(self) -> None:
+        n = len(self._traces)
+        if self._train:
+            self.sampler = UniformSampler(n, np.random.default_rng(self._sampler_ss))
+        else:
+            self.sampler = SequentialSampler(n)
+
+    # ------------------------------------------------------------------ gym API
+    def reset(
+        self,
+        *,
+        seed: int | np.random.SeedSequence | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start a new episode in every copy (unfinished episodes are dropped unreported).
+        ``options`` is accepted for API compatibility and ignored."""
+        if seed is not None:
+            self._seed(seed)
+        elif self._user_sampler is None and not self._train and self.autoreset:
+            self._default_sampler()  # test mode: copy i plays trace i after every reset
+        self._restart(np.arange(self.num_envs))
+        self._needs_reset = False
+        return self._observation().copy(), self._trace_info()
+
+    def _check_step(self, actions: Any, n_actions: int, what: str) -> np.ndarray:
+        """The actions as (N,) int64 in [0, n_actions), after checking reset was called."""
+        if self._needs_reset:
+            raise RuntimeError("call reset() before step() (and after an episode ends when "
+                               "autoreset is off)")
+        a = np.asarray(actions)
+        if a.shape != (self.num_envs,):
+            if a.size != self.num_envs:
+                raise ValueError(f"actions must have shape ({self.num_envs},), got {a.shape}")
+            a = a.reshape(self.num_envs)
+        if a.dtype.kind not in "iu":
+            if a.dtype.kind == "f" and np.all(a == np.floor(a)):
+                a = a.astype(np.int64)
+            else:
+                raise ValueError(f"actions must be integer {what} indices, got dtype {a.dtype}")
+        if np.minimum.reduce(a) < 0 or np.maximum.reduce(a) >= n_actions:
+            raise ValueError(f"actions must lie in [0, {n_actions - 1}], got {a}")
+        return a
+
+    def _trace_info(self) -> dict[str, np.ndarray]:
+        return {"trace": self._trace.copy(), "_trace": np.ones(self.num_envs, dtype=bool)}
+
+    # ------------------------------------------------------------------ episodes
+    def _draw(self, count: int, n_starts: np.ndarray, same_starts: bool):
+        """Traces from the sampler and start offsets (0 in test mode, uniform below
+        ``n_starts[trace]`` in training) for ``count`` new episodes."""
+        new = np.asarray(self.sampler.sample_many(count), dtype=np.int64).reshape(-1)
+        if (new.shape != (count,) or np.minimum.reduce(new) < 0
+                or np.maximum.reduce(new) >= len(self._traces)):
+            raise RuntimeError(
+                f"sampler {type(self.sampler).__name__} returned invalid trace indices {new!r}")
+        if not self._train:
+            start = np.zeros(count, dtype=np.int64)
+        elif same_starts:
+            start = self._rng.integers(0, n_starts[0], size=count)
+        else:
+            start = self._rng.integers(0, n_starts[new])
+        return new, start
+
+    def _finish(self, done: np.ndarray, infos: dict[str, Any]) -> None:
+        """Report finished episodes, update the sampler, autoreset (same step)."""
+        ended = np.flatnonzero(done)
+        mask = done.copy()
+        infos["final_obs"] = self._observation().copy()
+        infos["_final_obs"] = mask.copy()
+        infos["episode"] = self._episode_fields(mask)
+        infos["_episode"] = mask
+        if self._train:
+            for i in ended:
+                self.sampler.update(
+                    int(self._trace[i]), rewards=self._rewbuf[i, : self._eplen[i]].copy())
+        if self.autoreset:
+            self._restart(ended)
+        else:
+            self._needs_reset = True
+
+    def close_extras(self, **kwargs: Any) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self._traces.name!r}, num_envs={self.num_envs}, "
+                f"mode={self.mode}, sampler={type(self.sampler).__name__})")
