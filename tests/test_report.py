@@ -29,6 +29,7 @@ from plume.report.stats import (
     analyse,
     interval_estimates,
     iqm,
+    normalisation_texts,
     normalise,
 )
 
@@ -127,6 +128,24 @@ def test_normalisation_arithmetic_by_hand(tmp_path):
         Normalisation(2.0, 1.0, "upside down")
     with pytest.raises(ReportStatsError, match="runs of environment .cc. record no normalisation"):
         normalise(scores.assign(env="cc"))
+
+
+def test_recorded_anchors_normalise_each_test_set_by_hand(tmp_path):
+    """A run's score.json anchors (here: floor 10 / ceiling 20 on one set, 0 / 4 on the other)
+    normalise its rows per test set, and the report states them."""
+    run = write_run(tmp_path, "uniform", 0, qoe=15.0, n_traces=2, test_sets=("a", "b"))
+    (Path(run) / "score.json").write_text(json.dumps({
+        "score": {"name": "qoe_per_chunk", "unit": "QoE per chunk"},
+        "normalisation": {"description": "floor = X, ceiling = Y.",
+                          "test_sets": {"a": {"floor": 10.0, "ceiling": 20.0},
+                                        "b": {"floor": 0.0, "ceiling": 4.0}}}}))
+    scores = load_scores(scan_runs(tmp_path))
+    normalised = normalise(scores)
+    assert set(normalised.loc[normalised["test_set"] == "a", "score"]) == {0.5}
+    assert set(normalised.loc[normalised["test_set"] == "b", "score"]) == {3.75}
+    text = normalisation_texts(normalised, {})["tracebench"].text("tracebench")
+    assert "a: floor 10, ceiling 20" in text and "b: floor 0, ceiling 4" in text
+    assert "floor = X, ceiling = Y." in text
 
 
 def test_iqm_is_the_25_percent_trimmed_mean():
