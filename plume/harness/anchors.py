@@ -36,8 +36,7 @@ def controller_score(spec: EnvSpec, params: Any, evaluator: Evaluator, test_set:
         raise ValueError(f"env {spec.name!r} anchors name controller {controller!r}, which it "
                          f"does not have ({', '.join(spec.controllers)})")
     policy = spec.controllers[controller](params)
-    frame = Evaluator(spec, {test_set: traces}, params).evaluate(policy)
-    score = float(frame["score"].mean())
+    score = float(evaluator.evaluate_set(test_set, policy)["score"].mean())
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"env": spec.name, "test_set": test_set, "controller": controller,

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_test_sets
-from plume.harness.evaluation import Evaluator
+from plume.harness.evaluation import Evaluator, eval_scores
 from plume.harness.rundir import (
     COMPLETED,
     EVAL_TABLE,
@@ -77,11 +77,11 @@ def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
                             traceback=traceback.format_exc())
         raise
-    summary = {f"eval/{t}/score": float(rows["score"].mean())
-               for t, rows in frame.groupby("test_set")}
+    summary = eval_scores(frame)
     rundir.write_status(COMPLETED, elapsed_s=round(time.time() - started, 3), summary=summary)
-    for key, value in summary.items():
-        log.info("%s %s: %.4f %s", name, key.split("/")[1], value, spec.score.unit)
+    for test_set in evaluator.test_sets:
+        log.info("%s %s: %.4f %s", name, test_set, summary[f"eval/{test_set}/score"],
+                 spec.score.unit)
     log.info("results: %s (status.json, eval.parquet, score.json)", run_dir)
     return summary
 

@@ -42,23 +42,37 @@ class Evaluator:
     def evaluate(self, policy: Policy, **columns) -> pd.DataFrame:
         """One row per (test set, trace) with the episode's fields and score; ``columns``
         (progress, env_steps, ...) are repeated on every row."""
-        frames = []
-        for name, env in self.envs.items():
-            traces = self.test_sets[name]
-            fields = [m.name for m in self.spec.episode_fields]
-            episodes = play_every_trace_once(env, policy, fields)
-            frame = pd.DataFrame(
-                {
-                    "test_set": name,
-                    "trace": np.arange(len(traces)),
-                    "trace_id": traces.trace_ids,
-                    "label": traces.labels if traces.labels is not None else None,
-                    "cluster": self.clusters.get(name, pd.NA),
-                    **self.spec.episode_columns(episodes),
-                }
-            )
-            frames.append(frame.assign(**columns))
+        frames = [self.evaluate_set(name, policy).assign(**columns) for name in self.envs]
         return pd.concat(frames, ignore_index=True)
+
+    def evaluate_set(self, name: str, policy: Policy) -> pd.DataFrame:
+        """The rows of test set ``name`` alone (its test-mode env is reused)."""
+        traces = self.test_sets[name]
+        fields = [m.name for m in self.spec.episode_fields]
+        episodes = play_every_trace_once(self.envs[name], policy, fields)
+        return pd.DataFrame(
+            {
+                "test_set": name,
+                "trace": np.arange(len(traces)),
+                "trace_id": traces.trace_ids,
+                "label": traces.labels if traces.labels is not None else None,
+                "cluster": self.clusters.get(name, pd.NA),
+                **self.spec.episode_columns(episodes),
+            }
+        )
+
+
+def eval_scores(frame: pd.DataFrame) -> dict[str, float]:
+    """Mean score and episode return, per test set and per ground-truth kind (what runs log
+    and put in their summary)."""
+    scores: dict[str, float] = {}
+    for test_set, rows in frame.groupby("test_set"):
+        scores[f"eval/{test_set}/return"] = float(rows["return"].mean())
+        scores[f"eval/{test_set}/score"] = float(rows["score"].mean())
+        if rows["label"].notna().all():
+            for label, kind in rows.groupby("label"):
+                scores[f"eval/{test_set}/{label}/score"] = float(kind["score"].mean())
+    return scores
 
 
 def play_every_trace_once(env, policy: Policy, fields: list[str]) -> dict[str, np.ndarray]:

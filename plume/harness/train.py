@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from plume import __version__
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_checked, load_test_sets, make_env
-from plume.harness.evaluation import Evaluator, sampler_weights
+from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
 from plume.harness.rundir import (
     COMPLETED,
     EVAL_TABLE,
@@ -233,7 +233,7 @@ class _Training:
             "env_steps": env_steps,
             "train_seconds": round(elapsed, 2),
             "steps_per_s": round(env_steps / max(elapsed, 1e-9), 1),
-            **{k: round(v, 6) for k, v in _eval_scores(self.eval_frames[-1]).items()},
+            **{k: round(v, 6) for k, v in eval_scores(self.eval_frames[-1]).items()},
         }
         self.tracker.summarise(summary)
         return summary
@@ -249,7 +249,7 @@ class _Training:
         self.draws_before = self.sampler.draws.copy()
         if not weights.empty:
             self._add_sampler_rows(weights)
-        scores = _eval_scores(frame)
+        scores = eval_scores(frame)
         scores.update({f"sampler/{r.grouping}/{r.group}": r.weight for r in weights.itertuples()})
         scores["eval/seconds"] = time.time() - started
         self.latest.update({k: v for k, v in scores.items() if k.endswith("/score")})
@@ -380,18 +380,6 @@ def _rows_up_to(rundir: RunDirectory, table: str, progress: float) -> list[pd.Da
         return []
     frame = rundir.read_table(table)
     return [frame[frame["progress"] <= progress]]
-
-
-def _eval_scores(frame: pd.DataFrame) -> dict[str, float]:
-    """Mean score and episode return, per test set and per ground-truth kind."""
-    scores: dict[str, float] = {}
-    for test_set, rows in frame.groupby("test_set"):
-        scores[f"eval/{test_set}/return"] = float(rows["return"].mean())
-        scores[f"eval/{test_set}/score"] = float(rows["score"].mean())
-        if rows["label"].notna().all():
-            for label, kind in rows.groupby("label"):
-                scores[f"eval/{test_set}/{label}/score"] = float(kind["score"].mean())
-    return scores
 
 
 def _progress_line(progress, env_steps, total, clock, latest, prefix, score) -> None:

@@ -109,8 +109,7 @@ class RecordedNormalisation:
 
 
 def normalise(scores: pd.DataFrame,
-              normalisations: Mapping[str, Normalisation] | None = None,
-              descriptions: Mapping[str, tuple[str, str]] | None = None) -> pd.DataFrame:
+              normalisations: Mapping[str, Normalisation] | None = None) -> pd.DataFrame:
     """``scores`` (``load_scores``) with ``raw`` (the env's score) and ``score`` normalised.
 
     An environment in ``normalisations`` uses that fixed map. Otherwise every row uses the
@@ -125,13 +124,13 @@ def normalise(scores: pd.DataFrame,
     ceiling = out["ceiling"].to_numpy(float) if "ceiling" in out else np.full(len(out), np.nan)
     envs = out["env"].astype(str).to_numpy()
     explicit = dict(normalisations or {})
+    span = np.where(ceiling > floor, ceiling - floor, np.nan)
     for env in sorted(set(envs)):
         mask = envs == env
         if env in explicit:
             normalised[mask] = explicit[env](raw[mask])
             continue
         recorded = mask & np.isfinite(floor) & np.isfinite(ceiling)
-        span = np.where(ceiling > floor, ceiling - floor, np.nan)
         normalised[recorded] = ((raw - floor) / span)[recorded]
         legacy = mask & ~recorded
         if legacy.any():
