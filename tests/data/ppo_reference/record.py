@@ -1,0 +1,33 @@
+"""How the eval.parquet files here were recorded (PPO before the algorithm contract):
+
+    PYTHONPATH=. python tests/data/ppo_reference/record.py
+
+plr/: PPO + PLR (value_l1 scores from the advantages) on TraceBench majority_fast, seed 5.
+abr/: PPO (ppo_abr preset) + uniform on a 12-trace slice of puffer_synthetic, seed 2.
+"""
+import tempfile
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+import plume.harness.train as T
+from tests.conftest import CONF_DIR, TINY
+
+HERE = Path(__file__).parent
+JOBS = {
+    "plr": TINY + ["sampler=plr", "train.total_steps=3072", "seed=5", "logger=none"],
+    "abr": ["env=abr", "train.total_steps=1536", "train.eval_points=2", "env.n_envs=8",
+            "algo.n_steps=64", "algo.hidden_sizes=[32,32]", "train.progress_every_s=0",
+            "sampler=uniform", "seed=2", "logger=none", "analysis.k_range=[2,3]",
+            "analysis.selection.k_end=3", "env.test_sets=[puffer_synthetic]"],
+}
+
+if __name__ == "__main__":
+    for name, overrides in JOBS.items():
+        with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(
+                config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=overrides + [f"paths.cache={tmp}/cache"])
+            T.run_job(cfg, Path(tmp) / "run")
+            (HERE / name).mkdir(exist_ok=True)
+            for table in ("eval.parquet", "sampler.parquet"):
+                (HERE / name / table).write_bytes((Path(tmp) / "run" / table).read_bytes())
