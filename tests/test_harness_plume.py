@@ -11,7 +11,8 @@ from plume.agents import PPO, PPOConfig
 from plume.envs import TraceBenchVecEnv
 from plume.harness.analyze import report
 from plume.harness.rundir import RunDirectory
-from plume.harness.samplers import LearnerStatsBridge
+from plume.harness.monitor import TrainingMonitor
+from plume.harness.samplers import EpisodeSignals
 from plume.harness.train import run_job
 from plume.sampling import TraceSampler, UniformSampler
 from plume.traces import load_tracebench
@@ -85,25 +86,21 @@ class _Recorder(TraceSampler):
         return self._uniform.probabilities()
 
 
-def test_the_bridge_scores_each_episode_with_its_mean_absolute_advantage():
+def test_episode_signals_score_each_episode_with_its_mean_absolute_advantage():
     torch.set_num_threads(1)
     traces = load_tracebench("majority_slow", "train")
     sampler = _Recorder(len(traces), np.random.default_rng(0))
-    bridge = LearnerStatsBridge(sampler, num_envs=4)
-    env = TraceBenchVecEnv(traces, 4, bridge.stand_in, mode="train", seed=0)
-    agent = PPO(bridge.wrap(env), PPOConfig(n_steps=256, hidden_sizes=(16,)), seed=0)
-    seen = {}
-
-    def flush(metrics):
-        rollout = agent.last_rollout
-        advantages = rollout.advantages.reshape(256, 4).numpy().copy()
-        before = len(sampler.reports)
-        assert before == 0  # nothing reaches the sampler before its advantages exist
-        bridge.flush(advantages)
-        seen["advantages"], seen["dones"] = advantages, rollout.dones
-        return False
-
-    agent.learn(1024, callback=flush)
+    signals = EpisodeSignals(sampler, num_envs=4)
+    env = TraceBenchVecEnv(traces, 4, signals.deferred, mode="train", seed=0)
+    monitor = TrainingMonitor(env, signals=signals)
+    agent = PPO(monitor, PPOConfig(n_steps=256, hidden_sizes=(16,)), seed=0)
+    given = []
+    monitor.connect(lambda: given.append(agent.learner_signal()) or given[-1])
+    agent.learn(1024)  # one rollout of 256 steps per copy
+    assert sampler.reports == [] and signals.pending_steps == 256  # no scores yet
+    assert monitor.deliver_signals() == len(sampler.reports) > 0
+    seen = {"advantages": np.concatenate(given), "dones": agent.rollouts.dones}
+    assert seen["advantages"].shape == (256, 4) and signals.pending_steps == 0
     dones = seen["dones"]
     assert len(sampler.reports) == int(dones.sum()) >= 4
     # every copy's first episode lies inside the rollout: score it by hand

@@ -190,8 +190,7 @@ def test_learns_copy_cue(mode):
     env = CopyCueVecEnv(num_envs=16, seed=1, mode=mode)
     agent = PPO(env, PPOConfig(**FAST, gamma=0.9), seed=0)
     assert greedy_return(agent, CopyCueVecEnv(16, seed=2), 64) < 4.0  # untrained: near 2/8
-    log = []
-    agent.learn(15_000, callback=log.append)
+    log = agent.learn(15_000)
     score = greedy_return(agent, CopyCueVecEnv(16, seed=2), 64)
     assert score >= 7.5, score
     # Training statistics come from infos["episode"]; the extra field is logged too.
@@ -308,7 +307,8 @@ def test_rollout_bootstraps_truncation_not_termination():
         ("vf_coef", -1.0),
         ("target_kl", 0.0),
         ("hidden_sizes", (64, 0)),
-        ("activation", "gelu"),
+        ("activation", "swish"),
+        ("network", "resnet"),
         ("anneal_lr", "yes"),
         ("device", "not-a-device"),
     ],
@@ -359,8 +359,7 @@ def test_schedules_hand_computed():
         ),
         seed=0,
     )
-    log = []
-    agent.learn(4 * 2 * 4, callback=log.append)  # 4 updates
+    log = agent.learn(4 * 2 * 4)  # 4 updates
     assert [m["charts/learning_rate"] for m in log] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
     assert [m["charts/ent_coef"] for m in log] == pytest.approx([0.1, 0.075, 0.05, 0.025])
     assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(2.5e-4)
@@ -369,8 +368,7 @@ def test_schedules_hand_computed():
 def test_env_step_count_and_metric_names():
     env = CopyCueVecEnv(num_envs=3, ep_len=5)
     agent = PPO(env, PPOConfig(n_steps=7, n_minibatches=2), seed=0)
-    log = []
-    agent.learn(100, callback=log.append)  # ceil(100 / 21) = 5 updates
+    log = agent.learn(100)  # ceil(100 / 21) = 5 updates
     assert agent.updates == 5 == len(log)
     assert env.step_calls == 5 * 7
     assert agent.env_steps == 5 * 7 * 3
@@ -378,6 +376,7 @@ def test_env_step_count_and_metric_names():
     expected = {
         "env_steps",
         "updates",
+        "wall_time",
         "charts/episodes",
         "charts/episodic_return",
         "charts/episodic_length",
@@ -407,25 +406,24 @@ def test_env_step_count_and_metric_names():
 def test_episode_stats_without_env_reports_and_no_episode_keys_when_none_ended():
     env = CopyCueVecEnv(num_envs=2, ep_len=3, report_episodes=False)
     agent = PPO(env, PPOConfig(n_steps=2, n_minibatches=1), seed=0)
-    log = []
-    agent.learn(2 * 2 * 3, callback=log.append)  # steps 1-2, 3-4, 5-6: ends at steps 3 and 6
+    log = agent.learn(2 * 2 * 3)  # steps 1-2, 3-4, 5-6: ends at steps 3 and 6
     assert "charts/episodic_return" not in log[0] and log[0]["charts/episodes"] == 0
     assert log[1]["charts/episodes"] == 2 and log[1]["charts/episodic_length"] == 3.0
     assert 0.0 <= log[1]["charts/episodic_return"] <= 3.0
     assert "charts/episode_accuracy" not in log[1]
 
 
-def test_callback_false_stops_early():
+def test_learn_runs_to_a_target_and_a_reached_target_does_nothing():
     env = CopyCueVecEnv(num_envs=2)
-    agent = PPO(env, PPOConfig(n_steps=4, n_minibatches=1), seed=0)
-    calls = []
-
-    def callback(metrics):
-        calls.append(metrics["updates"])
-        return False if metrics["updates"] == 3 else None  # None must not stop
-
-    agent.learn(1000, callback=callback)
-    assert calls == [1, 2, 3] and agent.updates == 3 and env.step_calls == 12
+    agent = PPO(env, PPOConfig(n_steps=4, n_minibatches=1), seed=0, total_env_steps=80)
+    assert [r["updates"] for r in agent.learn(17)] == [1, 2, 3]  # 8 steps per update
+    assert agent.learn(24) == [] and agent.env_steps == 24 and env.step_calls == 12
+    records = agent.learn(40)
+    assert [r["env_steps"] for r in records] == [32, 40]
+    # the schedule is a fraction of the whole budget (80 steps = 10 updates), not of a call
+    assert [r["charts/learning_rate"] for r in records] == pytest.approx([3e-4 * 0.7, 3e-4 * 0.6])
+    with pytest.raises(ValueError, match="until_env_steps must be a positive integer"):
+        agent.learn(0)
 
 
 def test_same_seed_same_training_and_global_rng_untouched():
@@ -459,9 +457,9 @@ def test_state_dict_round_trip():
     assert torch.equal(agent.generator.get_state(), restored.generator.get_state())
     # Optimiser moments came along too: one identical update gives identical parameters.
     for a in (agent, restored):
-        a._obs = np.zeros((4, 1), dtype=np.float32)
-        a.env = TargetVecEnv(num_envs=4, seed=7)
-        a.env.reset()
+        a.rollouts.env = TargetVecEnv(num_envs=4, seed=7)
+        a.rollouts.env.reset()
+        a.rollouts.current_obs = np.zeros((4, 1), dtype=np.float32)
         a.update(a.collect_rollout(), 1e-3, 0.0)
     for p, q in zip(agent.policy.parameters(), restored.policy.parameters()):
         assert torch.equal(p, q)
@@ -505,18 +503,17 @@ def test_gymnasium_sync_vector_env_smoke():
         env = gym.wrappers.vector.RecordEpisodeStatistics(env)
         env.reset(seed=0)
         agent = PPO(env, PPOConfig(n_steps=64, n_minibatches=2), seed=0)
-        log = []
-        agent.learn(256, callback=log.append)
+        log = agent.learn(256)
         assert sum(m["charts/episodes"] for m in log) > 0
-        assert "charts/episode_t" in {k for m in log for k in m}  # Gymnasium's extra field
+        # Gymnasium's wall time "t" is not an episode metric
+        assert "charts/episode_t" not in {k for m in log for k in m}
         env.close()
 
 
 def test_next_step_reset_steps_are_masked_and_bootstrap_from_returned_obs():
     env = CopyCueVecEnv(num_envs=2, ep_len=3, seed=0, mode=AutoresetMode.NEXT_STEP, truncate=True)
     agent = PPO(env, PPOConfig(n_steps=9, n_minibatches=1, gamma=0.9), seed=0)
-    log = []
-    agent.learn(36, callback=log.append)  # 2 updates of 9 step calls
+    log = agent.learn(36)  # 2 updates of 9 step calls
     # Per copy: step calls 1-3 episode, 4 reset, 5-7 episode, 8 reset, 9-11, 12 reset, ...
     assert [m["charts/episodes"] for m in log] == [4, 4]
     assert log[0]["charts/episodic_length"] == 3.0

@@ -4,7 +4,9 @@
 convention: hidden layers gain sqrt(2), biases zero, the output layer a caller-chosen gain:
 0.01 for policy heads so the initial policy is near uniform, 1.0 for value heads).
 
-``ActorCritic`` holds two separate MLPs, an actor and a critic, built from Gymnasium spaces:
+``ActorCritic`` holds an actor and a critic, built from Gymnasium spaces: two separate MLPs
+(``network="mlp"``) or, for the ABR networks, one shared feature extractor with separate MLP
+heads (see the class docstring):
 
 - observation space: a flat (1-D) ``Box``;
 - action space: ``Discrete(n, start)`` -> categorical over ``n`` logits, or a flat ``Box`` ->
@@ -29,7 +31,12 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU,
+}
+NETWORKS = ("mlp", "gelato", "pensieve")
+"""``mlp``: plain MLPs over the flat observation; ``gelato`` / ``pensieve``: the paper's ABR
+feature extractors (:mod:`plume.agents.abr_networks`) followed by MLP heads."""
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -63,14 +70,49 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+def feature_extractor(
+    network: str, obs_dim: int, hidden_sizes: Sequence[int], activation: str
+) -> tuple[nn.Module, int]:
+    """``(module, out_dim)`` mapping flat observations ``(B, obs_dim)`` to features ``(B,
+    out_dim)``. ``mlp``: hidden layers of ``hidden_sizes`` with ``activation`` (the identity
+    when empty); ``gelato`` / ``pensieve``: the paper's convolutional extractors, which check
+    that ``obs_dim`` is their environment's observation (heads on top use ``hidden_sizes``)."""
+    if network == "mlp":
+        sizes = [int(obs_dim), *(int(h) for h in hidden_sizes)]
+        if len(sizes) == 1:
+            return nn.Identity(), int(obs_dim)
+        body = mlp(sizes[0], sizes[1:-1], sizes[-1], activation, out_gain=math.sqrt(2.0))
+        return nn.Sequential(*body, ACTIVATIONS[activation]()), sizes[-1]
+    if network in ("gelato", "pensieve"):
+        from plume.agents.abr_networks import EXTRACTORS
+
+        module = EXTRACTORS[network](int(obs_dim))
+        return module, int(module.out_dim)
+    raise ValueError(f"network must be one of {NETWORKS}, got {network!r}")
+
+
 class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs for a flat ``Box`` observation space.
+    """Actor and critic for a flat ``Box`` observation space.
+
+    ``network="mlp"`` (default): two separate MLPs over the flat observation, ``self.actor``
+    and ``self.critic``. ``network="gelato"`` / ``"pensieve"``: one feature extractor of
+    :mod:`plume.agents.abr_networks` shared by the two (Stable-Baselines3's
+    ``share_features_extractor``), then separate MLP heads: ``self.actor = Sequential(extractor,
+    policy_head)`` and ``self.critic = Sequential(extractor, value_head)`` hold the *same*
+    extractor module, so both losses' gradients reach it and the optimiser sees its parameters
+    once (``parameters()`` de-duplicates; ``state_dict()`` lists them under ``actor.0.*`` and
+    ``critic.0.*``, which load back into the one module). Calling ``self.actor`` and
+    ``self.critic`` separately (``dist``, ``value``, ``sample_actions``) runs the extractor
+    once each; :meth:`act` and :meth:`evaluate` compute the features once and apply both heads.
+    The paper's heads: ``hidden_sizes=[256]`` for Gelato, ``[128]`` for Pensieve, ReLU.
 
     Args:
         observation_space: flat ``gymnasium.spaces.Box`` (one observation, not a batch).
         action_space: ``Discrete`` or flat ``Box`` (one action, not a batch).
-        hidden_sizes, activation: hidden layers of both MLPs (see :func:`mlp`).
+        hidden_sizes, activation: hidden layers of both MLPs / heads (see :func:`mlp`); the
+            ABR extractors have their own layers and ReLUs.
         log_std_init: initial log standard deviation of the Gaussian (``Box`` actions only).
+        network: one of :data:`NETWORKS`.
 
     All methods take batched observations ``(B, obs_dim)`` float32 tensors.
     """
@@ -82,22 +124,38 @@ class ActorCritic(nn.Module):
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "tanh",
         log_std_init: float = 0.0,
+        network: str = "mlp",
     ) -> None:
         super().__init__()
+        if network not in NETWORKS:
+            raise ValueError(f"network must be one of {NETWORKS}, got {network!r}")
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
             raise ValueError(
                 "ActorCritic needs a flat Box observation space (shape (obs_dim,)), "
                 f"got {observation_space}"
             )
         self.obs_dim = int(observation_space.shape[0])
+        self.network = network
+        self.shared = network != "mlp"
+        if self.shared:
+            # The shared extractor draws its random initialisation before both heads.
+            extractor, feature_dim = feature_extractor(network, self.obs_dim, (), activation)
+
+        def build(out_dim: int, out_gain: float) -> nn.Module:
+            # network="mlp": exactly the calls (and draw order) of the plain actor and critic.
+            if not self.shared:
+                return mlp(self.obs_dim, hidden_sizes, out_dim, activation, out_gain=out_gain)
+            head = mlp(feature_dim, hidden_sizes, out_dim, activation, out_gain=out_gain)
+            return nn.Sequential(extractor, head)
+
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             self.n_actions = int(action_space.n)
             self.action_start = int(action_space.start)
-            self.actor = mlp(self.obs_dim, hidden_sizes, self.n_actions, activation, out_gain=0.01)
+            self.actor = build(self.n_actions, 0.01)
         elif isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
             self.act_dim = int(action_space.shape[0])
-            self.actor = mlp(self.obs_dim, hidden_sizes, self.act_dim, activation, out_gain=0.01)
+            self.actor = build(self.act_dim, 0.01)
             self.log_std = nn.Parameter(torch.full((self.act_dim,), float(log_std_init)))
             # Bounds may be infinite; clamping against +-inf is a no-op.
             self.register_buffer(
@@ -110,7 +168,7 @@ class ActorCritic(nn.Module):
             raise ValueError(
                 f"ActorCritic supports Discrete or flat Box action spaces, got {action_space}"
             )
-        self.critic = mlp(self.obs_dim, hidden_sizes, 1, activation, out_gain=1.0)
+        self.critic = build(1, 1.0)
 
     # -- basic heads ----------------------------------------------------------------------------
     def value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -141,7 +199,12 @@ class ActorCritic(nn.Module):
         ``(B, act_dim)`` unclipped float for ``Box``) and their log-probability ``(B,)``.
         Randomness comes from ``generator`` (torch's default generator if None).
         """
-        out = self.actor(obs)
+        return self._sample(self.actor(obs), deterministic, generator)
+
+    def _sample(
+        self, out: torch.Tensor, deterministic: bool, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`sample_actions` from the actor's output ``out``."""
         if self.discrete:
             log_probs = torch.log_softmax(out, dim=-1)
             if deterministic:
@@ -162,15 +225,26 @@ class ActorCritic(nn.Module):
         deterministic: bool = False,
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(actions, log_prob, value)``: :meth:`sample_actions` plus ``V(obs)``."""
+        """``(actions, log_prob, value)``: :meth:`sample_actions` plus ``V(obs)`` (a shared
+        extractor runs once)."""
+        if self.shared:
+            features = self.actor[0](obs)
+            actions, log_prob = self._sample(self.actor[1](features), deterministic, generator)
+            return actions, log_prob, self.critic[1](features).squeeze(-1)
         actions, log_prob = self.sample_actions(obs, deterministic, generator)
         return actions, log_prob, self.value(obs)
 
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log_prob, entropy, value)`` of given policy ``actions`` at ``obs``, each ``(B,)``."""
-        out = self.actor(obs)
+        """``(log_prob, entropy, value)`` of given policy ``actions`` at ``obs``, each ``(B,)``
+        (a shared extractor runs once; its gradient is the sum of both heads')."""
+        if self.shared:
+            features = self.actor[0](obs)
+            out = self.actor[1](features)
+            value = self.critic[1](features).squeeze(-1)
+        else:
+            out = self.actor(obs)
         if self.discrete:
             log_probs = torch.log_softmax(out, dim=-1)
             log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -178,7 +252,7 @@ class ActorCritic(nn.Module):
         else:
             log_prob = self._gaussian_log_prob(out, actions)
             entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(out.shape[0])
-        return log_prob, entropy, self.value(obs)
+        return log_prob, entropy, value if self.shared else self.value(obs)
 
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
         """Policy actions -> environment actions (``Discrete``: ``+ start``; ``Box``: clipped)."""

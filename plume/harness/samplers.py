@@ -4,11 +4,11 @@ Samplers take plain arrays (``TraceSampler.inputs``): cluster ``memberships`` an
 ``features`` come from Plume's stage 1-2 analysis (cached per dataset content and settings, so
 a sweep analyses once), ``mean_throughput`` from the traces themselves.
 
-Samplers that score episodes with learner statistics (PLR's value-L1: the mean absolute GAE
-advantage of an episode) get them through :class:`LearnerStatsBridge`, which keeps the DRL
-algorithm ignorant of traces: the environment reports finished episodes to a stand-in sampler
-that holds them back; after each rollout the bridge pairs them with the rollout's advantages
-and passes them on with ``value_l1``.
+Samplers that score episodes with a learner signal (PLR's value-L1: the mean absolute GAE
+advantage, or TD error, over an episode's steps) get it through :class:`EpisodeSignals`, which
+keeps the DRL algorithm ignorant of traces: the environment reports finished episodes to
+:class:`DeferredUpdates`, which holds them back; once the algorithm's ``learner_signal`` covers
+an episode's steps, its scores are passed on with the report.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import VectorWrapper
+from collections import deque
+from collections.abc import Callable
 
 from plume.sampling import SAMPLERS, TraceSampler
 from plume.traces import TraceSet
@@ -66,105 +67,94 @@ def build_sampler(
     return sampler
 
 
-class LearnerStatsBridge:
-    """Delivers finished episodes to ``sampler`` with their learner scores (see module doc):
-    ``value_l1`` = mean |advantage| and ``positive_value_loss`` = mean max(advantage, 0)
-    over the episode's steps.
+class DeferredUpdates(TraceSampler):
+    """The environment's view of a sampler whose episode reports wait for learner scores:
+    draws go straight to ``sampler``; reports queue until :meth:`take` collects them."""
 
-    Use: give the environment ``bridge.stand_in`` as its sampler, let the agent step
-    ``bridge.wrap(env)``, and call ``bridge.flush(advantages)`` with each rollout's
-    ``(n_steps, num_envs)`` advantages once they are computed.
+    def __init__(self, sampler: TraceSampler) -> None:
+        # No super().__init__: counters and state live in the real sampler.
+        self.sampler = sampler
+        self.name = sampler.name
+        self.n_traces = sampler.n_traces
+        self.queued: list[tuple[int, np.ndarray]] = []
+
+    def sample(self) -> int:
+        return self.sampler.sample()
+
+    def sample_many(self, count: int) -> np.ndarray:
+        return self.sampler.sample_many(count)
+
+    def update(self, trace_index: int, rewards: np.ndarray, **learner_stats: Any) -> None:
+        self.queued.append((int(trace_index), np.asarray(rewards)))
+
+    def probabilities(self) -> np.ndarray:
+        return self.sampler.probabilities()
+
+    def take(self) -> list[tuple[int, np.ndarray]]:
+        """The reports queued since the last call, in the order the environment made them."""
+        taken, self.queued = self.queued, []
+        return taken
+
+
+class EpisodeSignals:
+    """Pairs finished training episodes with an algorithm's per-transition learner signal and
+    delivers them to ``sampler`` with ``value_l1`` = mean |signal| and
+    ``positive_value_loss`` = mean max(signal, 0) over the episode's steps.
+
+    Give the environment ``deferred`` as its sampler; call :meth:`record_step` with each
+    step's done mask (the environment reports finished copies in ascending order) and
+    :meth:`deliver` with whatever ``learner_signal()`` returned: ``(T, num_envs)`` rows for the
+    oldest recorded steps not scored yet (T may be 0 or lag behind the steps).
     """
 
     def __init__(self, sampler: TraceSampler, num_envs: int) -> None:
         self.sampler = sampler
-        self.stand_in = _DeferredSampler(sampler, self)
-        self._reported: list[tuple[int, np.ndarray]] = []  # during the current env step
-        self._steps: list[list[tuple[int, int, np.ndarray]]] = []  # (copy, trace, rewards)
-        self._abs_advantage = np.zeros(num_envs)
-        self._positive_advantage = np.zeros(num_envs)
-        self._steps_in_episode = np.zeros(num_envs)
+        self.deferred = DeferredUpdates(sampler)
+        self._unscored: deque[list[tuple[int, int, np.ndarray]]] = deque()
+        self._abs = np.zeros(num_envs)
+        self._positive = np.zeros(num_envs)
+        self._steps = np.zeros(num_envs)
 
-    def wrap(self, env) -> VectorWrapper:
-        return _EpisodeRecorder(env, self)
+    @property
+    def pending_steps(self) -> int:
+        """Recorded steps whose signal has not arrived yet."""
+        return len(self._unscored)
 
-    def _end_step(self, done: np.ndarray) -> None:
+    def record_step(self, done: np.ndarray) -> None:
         ended = np.flatnonzero(done)
-        if len(ended) != len(self._reported):
-            raise RuntimeError(
-                f"{len(ended)} episodes ended but {len(self._reported)} were reported to the sampler"
-            )
-        self._steps.append(
-            [(int(copy), trace, rewards) for copy, (trace, rewards) in zip(ended, self._reported)]
-        )
-        self._reported = []
+        reported = self.deferred.take()
+        if len(ended) != len(reported):
+            raise RuntimeError(f"{len(ended)} episodes ended but {len(reported)} were reported "
+                               "to the sampler")
+        self._unscored.append([(int(copy), trace, rewards)
+                               for copy, (trace, rewards) in zip(ended, reported)])
 
-    def flush(self, advantages: np.ndarray) -> int:
-        """Score and deliver the episodes that ended during the rollout; returns how many."""
-        advantages = np.asarray(advantages, dtype=np.float64)
-        if advantages.shape[0] != len(self._steps):
-            raise RuntimeError(
-                f"advantages cover {advantages.shape[0]} steps, the bridge recorded "
-                f"{len(self._steps)}"
-            )
+    def restart(self) -> None:
+        """The environment was reset: running episodes are dropped (never reported)."""
+        if self._unscored:
+            raise RuntimeError(f"environment reset with {len(self._unscored)} steps still "
+                               "waiting for their learner signal")
+        self._abs[:] = self._positive[:] = self._steps[:] = 0.0
+
+    def deliver(self, signal: np.ndarray) -> int:
+        """Score the oldest recorded steps with ``signal``; returns the episodes delivered."""
+        signal = np.asarray(signal, dtype=np.float64)
+        if signal.shape[0] > len(self._unscored):
+            raise RuntimeError(f"the learner signal covers {signal.shape[0]} steps, only "
+                               f"{len(self._unscored)} were recorded")
         delivered = 0
-        for t, ended in enumerate(self._steps):
-            self._abs_advantage += np.abs(advantages[t])
-            self._positive_advantage += np.maximum(advantages[t], 0.0)
-            self._steps_in_episode += 1
-            for copy, trace, rewards in ended:
-                steps = self._steps_in_episode[copy]
-                self.sampler.update(
-                    trace,
-                    rewards,
-                    value_l1=float(self._abs_advantage[copy] / steps),
-                    positive_value_loss=float(self._positive_advantage[copy] / steps),
-                )
-                self._abs_advantage[copy] = 0.0
-                self._positive_advantage[copy] = 0.0
-                self._steps_in_episode[copy] = 0
+        for row in signal:
+            self._abs += np.abs(row)
+            self._positive += np.maximum(row, 0.0)
+            self._steps += 1
+            for copy, trace, rewards in self._unscored.popleft():
+                steps = self._steps[copy]
+                self.sampler.update(trace, rewards,
+                                    value_l1=float(self._abs[copy] / steps),
+                                    positive_value_loss=float(self._positive[copy] / steps))
+                self._abs[copy] = self._positive[copy] = self._steps[copy] = 0.0
                 delivered += 1
-        self._steps = []
         return delivered
 
 
-class _DeferredSampler(TraceSampler):
-    """Draws from the real sampler; holds episode reports back for the bridge."""
-
-    def __init__(self, sampler: TraceSampler, bridge: LearnerStatsBridge) -> None:
-        # No super().__init__: counters and state live in the real sampler.
-        self._inner = sampler
-        self._bridge = bridge
-        self.name = sampler.name
-
-    def __getattr__(self, attr: str):
-        return getattr(self._inner, attr)
-
-    def sample(self) -> int:
-        return self._inner.sample()
-
-    def sample_many(self, count: int) -> np.ndarray:
-        return self._inner.sample_many(count)
-
-    def update(self, trace_index: int, rewards: np.ndarray, **learner_stats: Any) -> None:
-        self._bridge._reported.append((int(trace_index), np.asarray(rewards)))
-
-    def probabilities(self) -> np.ndarray:
-        return self._inner.probabilities()
-
-
-class _EpisodeRecorder(VectorWrapper):
-    """Tells the bridge which copies finished at each step (the agent steps this)."""
-
-    def __init__(self, env, bridge: LearnerStatsBridge) -> None:
-        super().__init__(env)
-        self._bridge = bridge
-
-    def reset(self, **kwargs):
-        self._bridge._reported = []
-        return self.env.reset(**kwargs)
-
-    def step(self, actions):
-        obs, rewards, terminated, truncated, infos = self.env.step(actions)
-        self._bridge._end_step(np.logical_or(terminated, truncated))
-        return obs, rewards, terminated, truncated, infos
+SignalSource = Callable[[], np.ndarray]

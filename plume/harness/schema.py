@@ -14,7 +14,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from plume.agents import PPOConfig
+from plume.agents import ALGORITHMS
 from plume.harness.datasets import check_dataset, default_test_sets
 from plume.harness.errors import ConfigError
 from plume.sampling import SAMPLERS
@@ -70,7 +70,7 @@ class JobConfig:
     env_spec: Any  # plume.envs.registry.EnvSpec
     env_params: Any  # the spec's params dataclass
     algo_name: str
-    algo: PPOConfig
+    algo: Any  # the algorithm's CONFIG dataclass
     sampler_name: str
     sampler_params: dict[str, Any]
     analysis: Any  # plume.analysis.AnalysisSettings
@@ -78,7 +78,6 @@ class JobConfig:
     paths: PathsSection
 
 
-ALGORITHMS = {"ppo": PPOConfig}
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 
@@ -128,7 +127,7 @@ def validate(cfg: DictConfig) -> JobConfig:
 
     algo_node = cfg.get("algo")
     algo_name = _choice("algo.name", str(algo_node.get("name")), tuple(ALGORITHMS))
-    algo = _typed("algo", ALGORITHMS[algo_name], algo_node, drop=("name",))
+    algo = _typed("algo", ALGORITHMS[algo_name].CONFIG, algo_node, drop=("name",))
 
     sampler_node = OmegaConf.to_container(cfg.get("sampler"), resolve=True)
     sampler_name = _choice("sampler.name", str(sampler_node.pop("name", None)), tuple(SAMPLERS))
@@ -145,6 +144,12 @@ def validate(cfg: DictConfig) -> JobConfig:
             f"it accepts: {', '.join(accepted) or 'none'}"
         )
 
+    if (SAMPLERS[sampler_name].needs_learner_signal(**sampler_node)
+            and ALGORITHMS[algo_name].LEARNER_SIGNAL is None):
+        givers = sorted(n for n, a in ALGORITHMS.items() if a.LEARNER_SIGNAL is not None)
+        raise ConfigError(f"sampler={sampler_name} with these settings scores episodes with the "
+                          f"learner's signal, which algo={algo_name} does not give; algorithms "
+                          f"that do: {', '.join(givers)}")
     analysis = analysis_settings(cfg.get("analysis"), spec.analysis)
 
     logger = _typed("logger", LoggerSection, cfg.get("logger"))

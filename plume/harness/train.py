@@ -11,6 +11,7 @@ spaced points, and logs to W&B (offline by default) when ``logger=wandb``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import socket
@@ -39,7 +40,8 @@ from plume.harness.rundir import (
     SAMPLER_TABLE,
     RunDirectory,
 )
-from plume.harness.samplers import LearnerStatsBridge, build_sampler, run_analysis
+from plume.harness.monitor import TrainingMonitor
+from plume.harness.samplers import EpisodeSignals, build_sampler, run_analysis
 from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults, validate
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
@@ -159,7 +161,7 @@ class _Training:
     def __init__(self, job: JobConfig, rundir: RunDirectory, tracker, fingerprint: str) -> None:
         import torch
 
-        from plume.agents import PPO
+        from plume.agents import ALGORITHMS
 
         self.job, self.rundir, self.tracker, self.fingerprint = job, rundir, tracker, fingerprint
         spec, params = job.env_spec, job.env_params
@@ -179,18 +181,20 @@ class _Training:
             job.sampler_name, job.sampler_params, self.train_traces,
             np.random.default_rng(streams["sampler"]), analysis,
         )
-        self.bridge = (LearnerStatsBridge(self.sampler, job.env.n_envs)
-                       if getattr(self.sampler, "wants_learner_stats", False) else None)
+        signals = (EpisodeSignals(self.sampler, job.env.n_envs)
+                   if type(self.sampler).needs_learner_signal(**job.sampler_params) else None)
         self.env = make_env(
             spec, self.train_traces, job.env.n_envs,
-            self.sampler if self.bridge is None else self.bridge.stand_in,
+            self.sampler if signals is None else signals.deferred,
             mode="train", seed=streams["env"], params=params,
         )
-        self.agent = PPO(self.env if self.bridge is None else self.bridge.wrap(self.env),
-                         job.algo, seed=torch_seed(streams["torch"]))
+        self.monitor = TrainingMonitor(self.env, signals=signals, observer=self.after_step)
+        self.agent = ALGORITHMS[job.algo_name](self.monitor, job.algo,
+                                               seed=torch_seed(streams["torch"]),
+                                               total_env_steps=job.train.total_steps)
+        self.monitor.connect(self.agent.learner_signal)
         rundir.write_json(SCORE_FILE, score_description(spec, params, self.evaluator,
                                                         Path(job.paths.cache)))
-        total = job.train.total_steps
         self.points = [k / job.train.eval_points for k in range(1, job.train.eval_points + 1)]
         if job.train.eval_at_start:
             self.points.insert(0, 0.0)
@@ -200,10 +204,11 @@ class _Training:
         self.clock = {"start": time.time(), "last_line": time.time()}
         self.latest: dict[str, float] = {}
         self.logged_recomputes = len(_recomputes(self.sampler))
+        self.recomputed_at: list[tuple[int, int]] = []  # (env step, recomputes so far)
         log.info(
             "training %s on %s (%d traces) in env=%s with sampler=%s, %s env steps, seed %d -> %s",
             job.algo_name, self.train_traces.name, len(self.train_traces), spec.name,
-            job.sampler_name, f"{total:,}", job.seed, rundir.path,
+            job.sampler_name, f"{job.train.total_steps:,}", job.seed, rundir.path,
         )
 
     def resume(self, checkpoint: dict[str, Any]) -> None:
@@ -219,15 +224,16 @@ class _Training:
         self.rundir.truncate_train_log(checkpoint["env_steps"])
         self.draws_before = self.sampler.draws.copy()
         self.logged_recomputes = len(_recomputes(self.sampler))
+        self.monitor.env_steps = int(checkpoint["env_steps"])
 
     def run(self) -> dict[str, Any]:
+        """Train to each evaluation point in turn, evaluate there, and summarise."""
         total = self.job.train.total_steps
-        if self.points and self.points[0] == 0.0:
-            self.evaluate(self.points.pop(0), 0)
-        self.agent.learn(total, callback=self.on_update)
+        for progress in self.points:
+            if progress > 0:
+                self.log_records(self.agent.learn(math.ceil(progress * total)))
+            self.evaluate(progress, int(self.agent.env_steps))
         env_steps = int(self.agent.env_steps)
-        while self.points:  # a budget that ends between points still gets its final evaluation
-            self.evaluate(self.points.pop(0), env_steps)
         elapsed = time.time() - self.clock["start"]
         summary = {
             "env_steps": env_steps,
@@ -265,31 +271,41 @@ class _Training:
         })
         self._progress_line(progress, env_steps, prefix="eval")
 
-    def on_update(self, metrics: dict[str, Any]) -> bool:
-        env_steps = int(metrics["env_steps"])
-        total = self.job.train.total_steps
-        if self.bridge is not None:
-            rollout = self.agent.last_rollout
-            self.bridge.flush(rollout.advantages.reshape(len(rollout.rewards), -1).cpu().numpy())
-        # The mean of trace indices over finished episodes means nothing: drop it.
-        record = {k: _jsonable(v) for k, v in metrics.items() if k != "charts/episode_trace"}
-        record["time_s"] = round(time.time() - self.clock["start"], 3)
-        self.rundir.append_train(record)
-        self.tracker.log(record, step=env_steps)
-        recomputed = _new_recomputes(self.sampler, self.logged_recomputes, env_steps,
-                                     env_steps / total)
-        self.logged_recomputes = len(_recomputes(self.sampler))
-        if not recomputed.empty:
-            self._add_sampler_rows(recomputed)
-            self.tracker.log({f"sampler/cluster_weight/{r.group}": r.weight
-                              for r in recomputed.itertuples()}, step=env_steps)
-        if np.isfinite(record.get("charts/episodic_return", np.nan)):
-            self.latest["train/return"] = record["charts/episodic_return"]
-        while self.points and env_steps >= self.points[0] * total:
-            self.evaluate(self.points.pop(0), env_steps)
+    def after_step(self, env_steps: int) -> None:
+        """After every training step: note sampler recomputes, print progress when due."""
+        recomputes = len(_recomputes(self.sampler))
+        if recomputes > (self.recomputed_at[-1][1] if self.recomputed_at
+                         else self.logged_recomputes):
+            self.recomputed_at.append((env_steps, recomputes))
         if time.time() - self.clock["last_line"] >= self.job.train.progress_every_s:
-            self._progress_line(env_steps / total, env_steps, prefix="train")
-        return True
+            if self.monitor.last_return is not None:
+                self.latest["train/return"] = self.monitor.last_return
+            self._progress_line(env_steps / self.job.train.total_steps, env_steps, "train")
+
+    def log_records(self, records: list[dict[str, Any]]) -> None:
+        """The updates of one ``learn`` call: train.jsonl and the tracker, each update with the
+        sampler weights recomputed during it; then any learner signal still on its way."""
+        self.monitor.deliver_signals()
+        total = self.job.train.total_steps
+        for metrics in records:
+            env_steps = int(metrics["env_steps"])
+            # The mean of trace indices over finished episodes means nothing: drop it.
+            record = {k: _jsonable(v) for k, v in metrics.items()
+                      if k not in ("charts/episode_trace", "wall_time")}
+            record["time_s"] = round(metrics["wall_time"] - self.clock["start"], 3)
+            self.rundir.append_train(record)
+            weights = {}
+            while self.recomputed_at and self.recomputed_at[0][0] <= env_steps:
+                _, upto = self.recomputed_at.pop(0)
+                rows = _new_recomputes(self.sampler, self.logged_recomputes, upto, env_steps,
+                                       env_steps / total)
+                self.logged_recomputes = upto
+                if rows.empty:
+                    continue
+                self._add_sampler_rows(rows)
+                weights.update({f"sampler/cluster_weight/{r.group}": r.weight
+                                for r in rows.itertuples()})
+            self.tracker.log({**record, **weights}, step=env_steps)
 
     def _add_sampler_rows(self, rows: pd.DataFrame) -> None:
         self.sampler_frames.append(rows)
@@ -325,11 +341,11 @@ def _recomputes(sampler) -> list:
     return getattr(sampler, "history", None) or []
 
 
-def _new_recomputes(sampler, logged: int, env_steps: int, progress: float) -> pd.DataFrame:
-    """Rows for the cluster weights the sampler recomputed after the first ``logged`` ones."""
-    history = _recomputes(sampler)
-    if len(history) <= logged:
-        return pd.DataFrame()
+def _new_recomputes(sampler, logged: int, upto: int, env_steps: int,
+                    progress: float) -> pd.DataFrame:
+    """Rows for the cluster weights the sampler recomputed after the first ``logged`` ones, up
+    to the first ``upto``, attributed to the update that ended at ``env_steps``."""
+    history = _recomputes(sampler)[:upto]
     sizes = np.bincount(sampler.clusters) if sampler.clusters is not None else None
     rows = [
         {

@@ -20,6 +20,10 @@ class TraceSampler(ABC):
     :meth:`probabilities`; stateful ones extend :meth:`update`, :meth:`state_dict` and
     :meth:`load_state_dict`. ``clusters`` is a per-trace cluster id, or None for samplers
     that do not group traces; the harness logs weights per cluster from it.
+
+    Samplers must stay picklable and deep-copyable (no modules or open resources as
+    attributes): a copy, e.g. the one each ``SubprocVecEnv`` worker receives, continues with
+    the same draws and probabilities as the original.
     """
 
     name: str = "base"
@@ -34,6 +38,12 @@ class TraceSampler(ABC):
         self.draws = np.zeros(self.n_traces, dtype=np.int64)
         self.episodes = np.zeros(self.n_traces, dtype=np.int64)
         self.clusters: np.ndarray | None = None
+
+    @classmethod
+    def needs_learner_signal(cls, **params: Any) -> bool:
+        """Whether this sampler, built with ``params``, scores episodes with the algorithm's
+        learner signal (``update(..., value_l1=..., positive_value_loss=...)``)."""
+        return False
 
     @abstractmethod
     def sample(self) -> int:

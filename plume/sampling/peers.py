@@ -268,10 +268,10 @@ class PrioritizedLevelReplaySampler(TraceSampler):
                            count=int(count))
 
     # -- scores ---------------------------------------------------------------------------------
-    @property
-    def wants_learner_stats(self) -> bool:
-        """Whether ``update`` should receive ``value_l1`` / ``positive_value_loss``."""
-        return self.score != "return_delta"
+    @classmethod
+    def needs_learner_signal(cls, **params: Any) -> bool:
+        """``value_l1`` and ``positive_value_loss`` come from the learner; ``return_delta`` not."""
+        return params.get("score", "value_l1") != "return_delta"
 
     def _learner_score(self, stats: dict[str, Any]) -> float | None:
         if self.score == "return_delta":

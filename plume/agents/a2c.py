@@ -1,0 +1,107 @@
+"""Advantage Actor-Critic (synchronous A2C), as the paper trains Gelato, Pensieve and Aurora.
+
+Read top to bottom: :class:`A2CConfig` and :class:`A2C`'s ``update``: one gradient step per
+rollout of ``n_steps`` per copy on
+
+    loss = -mean(A_t * log pi(a_t|s_t)) - ent_coef * mean(H(pi(.|s_t)))
+           + vf_coef * mean((R_t - V(s_t))^2)
+
+with ``R_t = A_t + V(s_t)``. ``gae_lambda = 1`` (the default) makes ``A_t`` the n-step
+advantage bootstrapped at the rollout's end (the paper's "t_max / n-step 15"); lower values
+give GAE. Defaults are Stable-Baselines3's A2C (the library the paper used): RMSprop (alpha
+0.99, eps 1e-5), lr 7e-4, n_steps 5, no advantage normalisation, value loss the plain mean
+squared error (no 1/2). Rollout collection, GAE, schedules (learning rate, entropy annealing as
+the paper's 5.75 -> 0.0025), acting and state are shared with PPO in
+:mod:`plume.agents.on_policy`, whose docstring documents the environment contract and the
+common metrics. Metrics of an update: ``losses/policy_loss``, ``losses/value_loss``,
+``losses/entropy``, ``losses/grad_norm`` (before clipping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from plume.agents.on_policy import (
+    ActorCriticAlgorithm,
+    ActorCriticConfig,
+    Rollout,
+    check_real,
+    explained_variance,
+    fail_field,
+)
+
+OPTIMIZERS = ("rmsprop", "adam")
+
+
+@dataclass
+class A2CConfig(ActorCriticConfig):
+    """A2C hyperparameters (defaults: Stable-Baselines3's A2C, except the network)."""
+
+    learning_rate: float = 7e-4
+    """Learning rate at the start of training."""
+    anneal_lr: bool = False
+    """Linearly anneal the learning rate towards 0 over the budget."""
+    n_steps: int = 5
+    """Steps per environment copy per rollout (the paper's t_max)."""
+    gae_lambda: float = 1.0
+    """1 = n-step returns; below 1, GAE."""
+    norm_adv: bool = False
+    """Normalise the rollout's advantages."""
+    ent_coef: float = 0.0
+    """Entropy bonus coefficient (start value when scheduled)."""
+    optimizer: str = "rmsprop"
+    """rmsprop (SB3's and the A3C paper's choice) or adam."""
+    rms_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    optimizer_eps: float = 1e-5
+    """Epsilon of RMSprop or Adam."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.optimizer not in OPTIMIZERS:
+            fail_field(self, "optimizer", f"one of {list(OPTIMIZERS)}")
+        if not 0 <= check_real(self, "rms_alpha") < 1:
+            fail_field(self, "rms_alpha", "in [0, 1)")
+        if not check_real(self, "optimizer_eps") > 0:
+            fail_field(self, "optimizer_eps", "> 0")
+
+
+class A2C(ActorCriticAlgorithm):
+    """A2C on a Gymnasium vector environment (contract: :mod:`plume.agents.on_policy`)."""
+
+    CONFIG = A2CConfig
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        cfg, params = self.config, self.policy.parameters()
+        if cfg.optimizer == "rmsprop":
+            return torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=cfg.rms_alpha,
+                                       eps=cfg.optimizer_eps)
+        return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.optimizer_eps)
+
+    def update(self, rollout: Rollout, learning_rate: float, ent_coef: float) -> dict[str, float]:
+        """One gradient step on the whole rollout (its training samples)."""
+        cfg = self.config
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        idx = rollout.valid
+        log_prob, entropy, value = self.policy.evaluate(rollout.obs[idx], rollout.actions[idx])
+        adv = rollout.advantages[idx]
+        if cfg.norm_adv and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy_loss = -(adv * log_prob).mean()
+        value_loss = ((rollout.returns[idx] - value) ** 2).mean()
+        ent = entropy.mean()
+        loss = policy_loss - ent_coef * ent + cfg.vf_coef * value_loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        return {
+            "losses/policy_loss": policy_loss.item(),
+            "losses/value_loss": value_loss.item(),
+            "losses/entropy": ent.item(),
+            "losses/grad_norm": float(grad_norm),
+            "losses/explained_variance": explained_variance(rollout),
+        }

@@ -1,0 +1,82 @@
+"""The Algorithm contract: what the harness needs of a DRL learner, and nothing about traces.
+
+An algorithm is built as ``Algo(env, config, seed, total_env_steps=...)`` on a Gymnasium
+``VectorEnv`` (Plume's batched envs use same-step autoreset) and is driven by the harness:
+
+- ``learn(until_env_steps)`` trains until ``env_steps >= until_env_steps`` (rounded up to the
+  algorithm's own update granularity; a call that is already there does nothing) and returns
+  one metrics record per update (each with ``env_steps``). The harness calls it up to the next
+  evaluation point, then evaluates, checkpoints and logs: the schedule is the harness's.
+- ``total_env_steps`` is the whole budget of the job, given once so that schedules (learning
+  rate and entropy annealing, epsilon decay, PER's beta) are fractions of the same budget
+  however many ``learn`` calls it takes to spend it.
+- ``act(obs, deterministic)``: numpy in, environment actions out, no gradients, never touching
+  the training random streams (evaluating must not perturb training).
+- ``state_dict()`` / ``load_state_dict()``: everything an exact resume needs (networks,
+  optimiser, replay buffer, counters, random generator states).
+- ``learner_signal()`` (optional, announced by ``LEARNER_SIGNAL``, a short description): signed
+  per-transition scores of the vector steps taken since the previous call, as a
+  ``(T, num_envs)`` array in step order (the GAE advantage for actor-critics, the TD error for
+  DQN). ``T`` may be less than the steps taken when a score is not known yet (it then comes
+  first in the next call). The harness, not the algorithm, maps them to finished episodes for
+  samplers that want them (PLR); a sampler that needs them is refused at validation for an
+  algorithm whose ``LEARNER_SIGNAL`` is None.
+
+Each algorithm also names its hyperparameter dataclass (``CONFIG``): the harness validates the
+``algo`` config section against it before any work starts.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+class Algorithm(ABC):
+    """Base of the learners in ``plume.agents.ALGORITHMS`` (see the module docstring)."""
+
+    CONFIG: ClassVar[type]
+    """The hyperparameter dataclass; its ``__post_init__`` raises ValueError on a bad value."""
+    LEARNER_SIGNAL: ClassVar[str | None] = None
+    """What :meth:`learner_signal` gives (e.g. "GAE advantage"), or None if it gives nothing."""
+
+    env_steps: int
+    """Environment steps taken so far (``step()`` calls x ``num_envs``)."""
+
+    @abstractmethod
+    def learn(self, until_env_steps: int) -> list[dict[str, Any]]:
+        """Train until ``env_steps >= until_env_steps``; one metrics record per update."""
+
+    @abstractmethod
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Environment actions for a batch (or one) of observations."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything an exact resume needs."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the next ``learn`` resets the environment."""
+
+    def learner_signal(self) -> np.ndarray:
+        """``(T, num_envs)`` signed scores of the vector steps since the previous call."""
+        raise NotImplementedError(f"{type(self).__name__} gives no learner signal")
+
+
+def update_record(env_steps: int, updates: int, **metrics: Any) -> dict[str, Any]:
+    """A metrics record as ``learn`` returns it: counters, the wall-clock time it was made (so
+    a training curve keeps its timing though the harness logs it after ``learn`` returns),
+    then the algorithm's own metrics."""
+    return {"env_steps": int(env_steps), "updates": int(updates), "wall_time": time.time(),
+            **metrics}
+
+
+def check_budget(name: str, value: Any) -> int:
+    """``value`` as a positive int, or ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
