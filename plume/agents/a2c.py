@@ -66,6 +66,8 @@ class A2CConfig(ActorCriticConfig):
             fail_field(self, "rms_alpha", "in [0, 1)")
         if not check_real(self, "optimizer_eps") > 0:
             fail_field(self, "optimizer_eps", "> 0")
+        if self.fused_optimizer and self.optimizer != "adam":
+            fail_field(self, "fused_optimizer", "false unless optimizer=adam (torch fuses Adam)")
 
 
 class A2C(ActorCriticAlgorithm):
@@ -78,7 +80,8 @@ class A2C(ActorCriticAlgorithm):
         if cfg.optimizer == "rmsprop":
             return torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=cfg.rms_alpha,
                                        eps=cfg.optimizer_eps)
-        return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.optimizer_eps)
+        return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.optimizer_eps,
+                                fused=cfg.fused_optimizer or None)
 
     def update(self, rollout: Rollout, learning_rate: float, ent_coef: float) -> dict[str, float]:
         """One gradient step on the whole rollout (its training samples)."""

@@ -91,6 +91,25 @@ def feature_extractor(
     raise ValueError(f"network must be one of {NETWORKS}, got {network!r}")
 
 
+def mixed_precision(module: nn.Module, x: torch.Tensor, dtype: torch.dtype | None):
+    """``module(x)`` with every layer but the last ``Linear`` under ``dtype`` autocast (None:
+    plain float32). The output layers stay in float32: logits and values in bfloat16 make the
+    PPO ratio ``exp(log pi - log pi_old)`` noisy against the float32 rollout (all-bf16 collapsed
+    learning in a trial)."""
+    if dtype is None:
+        return module(x)
+    if not isinstance(module, nn.Sequential):  # a feature extractor: all of it
+        with torch.autocast(x.device.type, dtype=dtype):
+            return module(x)
+    *body, last = module
+    with torch.autocast(x.device.type, dtype=dtype):
+        for layer in body:
+            x = layer(x)
+    if isinstance(last, nn.Sequential):
+        return mixed_precision(last, x, dtype)
+    return last(x.float())
+
+
 class ActorCritic(nn.Module):
     """Actor and critic for a flat ``Box`` observation space.
 
@@ -136,6 +155,7 @@ class ActorCritic(nn.Module):
             )
         self.obs_dim = int(observation_space.shape[0])
         self.network = network
+        self.update_dtype: torch.dtype | None = None  # see evaluate()
         self.shared = network != "mlp"
         if self.shared:
             # The shared extractor draws its random initialisation before both heads.
@@ -239,12 +259,14 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log_prob, entropy, value)`` of given policy ``actions`` at ``obs``, each ``(B,)``
         (a shared extractor runs once; its gradient is the sum of both heads')."""
+        dtype = self.update_dtype
         if self.shared:
-            features = self.actor[0](obs)
-            out = self.actor[1](features)
-            value = self.critic[1](features).squeeze(-1)
+            features = mixed_precision(self.actor[0], obs, dtype)
+            out = mixed_precision(self.actor[1], features, dtype)
+            value = mixed_precision(self.critic[1], features, dtype)
         else:
-            out = self.actor(obs)
+            out = mixed_precision(self.actor, obs, dtype)
+            value = mixed_precision(self.critic, obs, dtype)
         if self.discrete:
             log_probs = torch.log_softmax(out, dim=-1)
             log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -252,7 +274,7 @@ class ActorCritic(nn.Module):
         else:
             log_prob = self._gaussian_log_prob(out, actions)
             entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(out.shape[0])
-        return log_prob, entropy, value if self.shared else self.value(obs)
+        return log_prob, entropy, value.squeeze(-1)
 
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
         """Policy actions -> environment actions (``Discrete``: ``+ start``; ``Box``: clipped)."""

@@ -79,6 +79,7 @@ from gymnasium.vector import AutoresetMode
 from plume.agents.base import Algorithm, check_budget, update_record
 from plume.agents.networks import ACTIVATIONS, NETWORKS, ActorCritic
 
+UPDATE_PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16}
 _EPISODE_KEYS = ("return", "r", "length", "l", "t")  # return/length mapped; t is wall time
 
 
@@ -164,6 +165,11 @@ class ActorCriticConfig:
     """mlp, or the paper's ABR extractors gelato / pensieve with MLP heads."""
     device: str = "cpu"
     """Torch device of the networks and rollout tensors."""
+    update_precision: str = "float32"
+    """float32, or bfloat16: autocast of the update's forward passes, output layers in float32
+    (benchmarks/bench_learners.py measures speed and score)."""
+    fused_optimizer: bool = False
+    """Torch's fused Adam kernel (Adam only)."""
 
     def __post_init__(self) -> None:
         if not check_real(self, "learning_rate") > 0:
@@ -183,8 +189,10 @@ class ActorCriticConfig:
             fail_field(self, "vf_coef", ">= 0")
         if not check_real(self, "max_grad_norm") > 0:
             fail_field(self, "max_grad_norm", "> 0 (math.inf disables clipping)")
-        check_bool(self, "anneal_lr", "norm_adv")
+        check_bool(self, "anneal_lr", "norm_adv", "fused_optimizer")
         check_network(self)
+        if self.update_precision not in UPDATE_PRECISIONS:
+            fail_field(self, "update_precision", f"one of {list(UPDATE_PRECISIONS)}")
 
     def learning_rate_at(self, progress: float) -> float:
         """Learning rate at training progress ``progress`` in [0, 1]."""
@@ -478,6 +486,7 @@ class ActorCriticAlgorithm(Algorithm):
                 activation=config.activation,
                 network=config.network,
             ).to(self.device)
+        self.policy.update_dtype = UPDATE_PRECISIONS[config.update_precision]
         self.generator = torch.Generator(device=self.device).manual_seed(int(sample_seed))
         self.eval_generator = torch.Generator(device=self.device).manual_seed(int(eval_seed))
         self.optimizer = self.make_optimizer()

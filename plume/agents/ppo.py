@@ -81,7 +81,8 @@ class PPO(ActorCriticAlgorithm):
         super().__init__(env, config, seed, total_env_steps)
 
     def make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.policy.parameters(), lr=self.config.learning_rate, eps=1e-5)
+        return torch.optim.Adam(self.policy.parameters(), lr=self.config.learning_rate, eps=1e-5,
+                                fused=self.config.fused_optimizer or None)
 
     # -----------------------------------------------------------------------------------------
     def update(self, rollout: Rollout, learning_rate: float, ent_coef: float) -> dict[str, float]:

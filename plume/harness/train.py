@@ -278,8 +278,6 @@ class _Training:
                          else self.logged_recomputes):
             self.recomputed_at.append((env_steps, recomputes))
         if time.time() - self.clock["last_line"] >= self.job.train.progress_every_s:
-            if self.monitor.last_return is not None:
-                self.latest["train/return"] = self.monitor.last_return
             self._progress_line(env_steps / self.job.train.total_steps, env_steps, "train")
 
     def log_records(self, records: list[dict[str, Any]]) -> None:
@@ -312,6 +310,8 @@ class _Training:
         self.rundir.write_table(SAMPLER_TABLE, pd.concat(self.sampler_frames, ignore_index=True))
 
     def _progress_line(self, progress: float, env_steps: int, prefix: str) -> None:
+        if self.monitor.last_return is not None:
+            self.latest["train/return"] = self.monitor.last_return
         _progress_line(progress, env_steps, self.job.train.total_steps, self.clock, self.latest,
                        prefix=prefix, score=self.job.env_spec.score.unit)
 
