@@ -10,6 +10,10 @@ deliverable by ``tau``, whole periods included) and its inverse ``time_at(bytes)
 download is ``time_at(bytes_at(tau) + size)``, and zero-throughput slots are skipped
 automatically (the payload is flat there).
 
+Tables are derived from an immutable TraceSet, so every environment over the same TraceSet
+object shares them (:meth:`PayloadTables.shared`, :func:`derived_from`): 64 single-copy views
+in a ``DummyVecEnv`` cost one set of tables, not 64.
+
 Both look-ups need each copy's slot in its own trace. Rather than one ``np.searchsorted``
 over all traces concatenated with offsets (about 100 ns per query, dominated by branch
 mispredictions and cache misses), :class:`PayloadTables` gives a bucketed, branchless binary
@@ -21,14 +25,46 @@ from pushing a completion across a following zero-throughput slot.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable, Hashable
+from functools import cached_property
+from typing import Any, TypeVar
+
 import numpy as np
 
 from plume.traces.traceset import TraceSet
+
+T = TypeVar("T")
 
 COMPLETE_TOL = 1e-8
 _TINY = float(np.finfo(np.float64).tiny)
 LAST_SAMPLE_SECONDS = 1.0
 """How long the last sample holds when a TraceSet gives no ``constants["period"]``."""
+
+
+_DERIVED: weakref.WeakKeyDictionary[TraceSet, dict[Hashable, Any]] = weakref.WeakKeyDictionary()
+
+
+def derived_from(traces: TraceSet, key: Hashable, build: Callable[[], T]) -> T:
+    """``build()`` the first time ``(traces, key)`` is asked for, the same object afterwards.
+
+    Why: every environment over a TraceSet (each single copy in a ``DummyVecEnv``, each test env
+    of an evaluation) precomputes the same tables from it; a TraceSet is immutable, so one copy
+    can serve all of them. Keyed by the TraceSet *object* (no content hashing) and held weakly,
+    so the tables go when the TraceSet does. ``build`` must return read-only data that keeps no
+    reference to ``traces`` (that would keep it alive), and ``key`` must name every parameter
+    the data depends on. A ``build`` that raises caches nothing.
+    """
+    per_traces = _DERIVED.setdefault(traces, {})
+    if key not in per_traces:
+        per_traces[key] = build()
+    return per_traces[key]
+
+
+def read_only(*arrays: np.ndarray) -> None:
+    """Mark shared arrays read-only, so that a consumer writing into one fails loudly."""
+    for array in arrays:
+        array.setflags(write=False)
 
 
 def trace_periods(traces: TraceSet) -> np.ndarray:
@@ -65,7 +101,15 @@ class PayloadTables:
     bucket range fixes the number of halving steps, so a near-uniform grid needs one or two
     steps instead of log2(L). Bucket bounds carry a margin of 1e-9 of the span, far above the
     rounding of the bucket computation.
+
+    Every array is read-only: build through :meth:`shared` to reuse one instance per TraceSet.
     """
+
+    @classmethod
+    def shared(cls, traces: TraceSet, payload_scale: float = 1.0) -> PayloadTables:
+        """The tables of ``traces`` at ``payload_scale``, built once per TraceSet object."""
+        scale = float(payload_scale)
+        return derived_from(traces, (cls, scale), lambda: cls(traces, scale))
 
     def __init__(self, traces: TraceSet, payload_scale: float = 1.0) -> None:
         n, width = traces.time.shape
@@ -113,6 +157,16 @@ class PayloadTables:
             np.stack([padded(local, 0.0), padded(end - payload, 0.0), padded(bandwidth, 1.0),
                       padded(local + widths, 0.0)], axis=1)
         )
+        read_only(self.period, self.total, self.local_time, self.time_lo, self.payload_lo,
+                  self.slot, *self.time_probes, *self.payload_probes)
+
+    @cached_property
+    def slot_end(self) -> np.ndarray:
+        """Local end time of every padded slot, contiguous (read-only; built on first use, so
+        environments sharing these tables share it too)."""
+        end = np.ascontiguousarray(self.slot[:, 3])
+        read_only(end)
+        return end
 
     @staticmethod
     def _buckets(keys, lengths, spans, buckets, side):

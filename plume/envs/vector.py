@@ -7,7 +7,9 @@ A subclass (TraceBench, ABR) owns its dynamics and its episode sums; it provides
 ``_observation()`` (the current (N, obs_dim) observation), ``_restart(ids)`` (new episodes
 for those copies, drawing with :meth:`TraceVecEnv._draw`) and ``_episode_fields(mask)``, and
 keeps ``_trace``, ``_eplen`` and, in train mode, ``_rewbuf`` (per-copy agent rewards of the
-episode so far) up to date.
+episode so far) up to date. ``_episode_fields`` must include ``return_transformed`` (the sum of
+the rewards ``step`` returned) and ``length``: :meth:`TraceVecEnv._finish` adds Gymnasium's
+episode-statistics keys (:data:`GYMNASIUM_EPISODE_KEYS`) from them.
 
 Seeding: ``seed`` (an int, a ``numpy.random.SeedSequence`` or None) gives two independent
 child streams, derived without mutating a SeedSequence passed in: one ``np.random.Generator``
@@ -21,6 +23,7 @@ reset copy i plays trace i.
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import numpy as np
@@ -30,6 +33,14 @@ from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
 from plume.traces.traceset import TraceSet
 
 MODES = ("train", "test")
+GYMNASIUM_EPISODE_KEYS = ("r", "l", "t")
+"""Keys that ``infos["episode"]`` carries beside the environment's own fields, with the meaning
+Gymnasium's ``RecordEpisodeStatistics`` and SB3's ``Monitor`` give them, so that code reading
+those (SB3's ``ep_info_buffer`` and logger) needs no wrapper: ``r`` = the sum of the rewards
+``step`` returned (the agent's return; for ABR and TraceBench the transformed reward, i.e. our
+``return_transformed``, not the raw QoE ``return``), ``l`` = the episode length (= ``length``),
+``t`` = wall-clock seconds from the environment's creation to the episode's end, rounded to 6
+decimals (SB3 ``Monitor``'s ``t``; Gymnasium's wrapper times the episode alone instead)."""
 
 
 def child_seeds(seed: int | np.random.SeedSequence | None, count: int):
@@ -52,7 +63,10 @@ def child_seeds(seed: int | np.random.SeedSequence | None, count: int):
 
 
 class TraceVecEnv(VectorEnv):
-    """Base of the batched trace-driven environments (see the module docstring)."""
+    """Base of the batched trace-driven environments (see the module docstring).
+
+    A Gymnasium ``VectorEnv``, not a Stable-Baselines3 ``VecEnv``: SB3 rejects it as "not a
+    Gymnasium environment"; wrap it in ``plume.envs.sb3.PlumeVecEnv`` to train SB3 on it."""
 
     metadata: ClassVar[dict[str, Any]] = {
         "autoreset_mode": AutoresetMode.SAME_STEP,
@@ -87,6 +101,7 @@ class TraceVecEnv(VectorEnv):
         self.sampler: TraceSampler = sampler  # type: ignore[assignment]  (set by _seed)
         self.autoreset = True  # public: False = a finished copy waits for reset() (SingleCopyEnv)
         self._needs_reset = True
+        self._created = time.perf_counter()  # the origin of the episodes' "t"
 
     # ------------------------------------------------------------------ properties
     @property
@@ -180,7 +195,7 @@ class TraceVecEnv(VectorEnv):
         mask = done.copy()
         infos["final_obs"] = self._observation().copy()
         infos["_final_obs"] = mask.copy()
-        infos["episode"] = self._episode_fields(mask)
+        infos["episode"] = self._with_gymnasium_keys(self._episode_fields(mask), mask)
         infos["_episode"] = mask
         if self._train:
             for i in ended:
@@ -190,6 +205,16 @@ class TraceVecEnv(VectorEnv):
             self._restart(ended)
         else:
             self._needs_reset = True
+
+    def _with_gymnasium_keys(self, episode: dict[str, np.ndarray],
+                             mask: np.ndarray) -> dict[str, np.ndarray]:
+        """``episode`` plus ``r``, ``l`` and ``t`` (see :data:`GYMNASIUM_EPISODE_KEYS`), zero
+        where ``mask`` is False like every other field; the existing fields are unchanged."""
+        elapsed = round(time.perf_counter() - self._created, 6)
+        episode["r"] = episode["return_transformed"].copy()
+        episode["l"] = episode["length"].copy()
+        episode["t"] = np.where(mask, elapsed, 0.0)
+        return episode
 
     def close_extras(self, **kwargs: Any) -> None:
         pass

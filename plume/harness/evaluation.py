@@ -3,7 +3,8 @@ as one batch (so an evaluation point costs about one episode of wall time per te
 
 The environment is built and read only through its EnvSpec: ``make(..., mode="test")`` and
 the episode fields and score the spec names. Learned policies and classic controllers are
-evaluated by the same loop.
+evaluated by the same loop; :func:`evaluate_policy` is the public entry point for any policy
+(e.g. an SB3 model through ``plume.envs.sb3.sb3_policy``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from plume.envs.registry import EnvSpec
+from plume.envs.registry import EnvSpec, get_env
 from plume.harness.datasets import make_env
 from plume.sampling import TraceSampler
 from plume.traces import TraceSet
@@ -60,6 +61,41 @@ class Evaluator:
                 **self.spec.episode_columns(episodes),
             }
         )
+
+
+def evaluate_policy(
+    policy: Policy,
+    env: str | EnvSpec,
+    test_sets: dict[str, TraceSet],
+    params: Any = None,
+    clusters: dict[str, np.ndarray] | None = None,
+    progress: float = 1.0,
+    env_steps: int = 0,
+) -> pd.DataFrame:
+    """Play every trace of every test set once with ``policy``; the eval table ``plume-train``
+    writes (``eval.parquet``: same columns, same values for the same policy).
+
+    Args:
+        policy: any callable ``obs batch (n, obs_dim) -> actions (n,)``, called with all the
+            traces of a test set at once and expected to be greedy (deterministic) for a
+            reproducible table; an SB3 model: ``plume.envs.sb3.sb3_policy(model)``.
+        env: an environment name (``plume.envs.registry.get_env``) or its EnvSpec.
+        test_sets: test-set name -> TraceSet (e.g. ``{"majority_slow":
+            spec.load_builtin("majority_slow", "test")}``).
+        params: the environment's parameters (``spec.params`` instance; default: its
+            defaults). Use the training parameters: the score depends on them.
+        clusters: test-set name -> each trace's training cluster (``TraceAnalysis.assign``),
+            written to the ``cluster`` column (``<NA>`` without it).
+        progress, env_steps: written to every row, as the harness does at each evaluation.
+
+    Returns one row per (test set, trace): ``test_set``, ``trace``, ``trace_id``, ``label``,
+    ``cluster``, the spec's episode fields, ``score``, ``progress``, ``env_steps``.
+    :func:`eval_scores` gives the per-set means.
+    """
+    spec = env if isinstance(env, EnvSpec) else get_env(env)
+    params = spec.params() if params is None else params
+    evaluator = Evaluator(spec, test_sets, params, clusters)
+    return evaluator.evaluate(policy, progress=progress, env_steps=env_steps)
 
 
 def eval_scores(frame: pd.DataFrame) -> dict[str, float]:

@@ -471,8 +471,8 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         self.last_terms: dict[str, np.ndarray] = {}
         self._next_due = self.warmup
 
-        # the return predictor
-        self._torch = torch
+        # the return predictor (torch is imported where used, not stored: a module attribute
+        # would make the sampler unpicklable, and SubprocVecEnv / deepcopy need to copy it)
         child = rng.spawn(1)[0]
         if torch_seed is None:
             torch_seed = int(child.integers(2**62))
@@ -484,7 +484,8 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         self._x = torch.as_tensor(self.features, dtype=torch.float32)
 
     def _build_model(self, gen: Any) -> Any:
-        torch = self._torch
+        import torch
+
         nn = torch.nn
         sizes = [self.n_features, *self.hidden_sizes, 1]
         layers: list[Any] = []
@@ -503,7 +504,8 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
 
     def predict_returns(self) -> np.ndarray:
         """The return predictor's current estimate of G for every trace, shape ``(n_traces,)``."""
-        torch = self._torch
+        import torch
+
         with torch.no_grad():
             return self._model(self._x).squeeze(-1).double().numpy()
 
@@ -536,7 +538,8 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
             self._train_round()
 
     def _train_round(self) -> None:
-        torch = self._torch
+        import torch
+
         n = self._buf_len
         x = self._x[torch.as_tensor(self._buf_trace[:n])]
         y = torch.as_tensor(self._buf_return[:n], dtype=torch.float32)
@@ -572,7 +575,8 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         self._next_due = self.prioritised_draws + self.recompute_every
 
     def _recompute(self) -> None:
-        torch = self._torch
+        import torch
+
         k, cap = self.n_clusters, self.cluster_history
         lens = self._hist_len
         valid = np.arange(cap)[None, :] < lens[:, None]

@@ -85,7 +85,9 @@ valid where ``"_final_obs"``) and ``"episode"``, a dict of (N,) arrays (zero whe
 of per-chunk quality: SSIM dB for gelato, bitrate Mbit/s for pensieve), ``stall`` (stall
 seconds), ``change`` (sum of the |quality change| terms of the reward, unweighted: for pensieve
 the first chunk's change from 750 kbit/s counts), ``first_return`` (raw QoE of the first chunk,
-so a score can exclude the start-up chunk), ``video_seconds`` (chunks x chunk length). In
+so a score can exclude the start-up chunk), ``video_seconds`` (chunks x chunk length), and
+Gymnasium's ``r`` (= ``return_transformed``), ``l`` (= ``length``) and ``t`` (wall seconds
+since the env was created; ``plume.envs.vector.GYMNASIUM_EPISODE_KEYS``). In
 training the sampler gets ``sampler.update(trace_index, rewards=<the episode's per-step agent
 rewards>)`` for every finished episode before the copy draws its next trace with
 ``sampler.sample_many``; test mode never calls ``update``. Episodes cut short by ``reset()``
@@ -99,7 +101,9 @@ single contiguous copy (shifting the history and, at once, the look-ahead: rows 
 0-3) and then writes only the newest history row, the stall column and the new 5th look-ahead
 row; pensieve shifts all rows left and writes column 7 and the look-ahead sizes. No extra
 per-chunk tables are built for gelato (the look-ahead reads ``chunk_sizes`` / ``ssim_db``
-directly), so memory stays that of the TraceSet plus the payload tables.
+directly), so memory stays that of the TraceSet plus the payload tables; those tables and the
+float64 chunk tables are built once per TraceSet and shared by every env over it
+(``plume.envs.replay.derived_from``).
 
 Seeding, the default samplers and ``reset`` are those of every batched env here
 (``plume.envs.vector``): one generator for the whole batch's start offsets and noise.
@@ -143,9 +147,9 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from plume.envs.abr.video import BITRATES_KBPS, VIDEO_SIZES
-from plume.envs.replay import BatchedDownload, PayloadTables
+from plume.envs.replay import BatchedDownload, PayloadTables, derived_from, read_only
 from plume.envs.single import SingleCopyEnv
-from plume.envs.vector import TraceVecEnv
+from plume.envs.vector import GYMNASIUM_EPISODE_KEYS, TraceVecEnv
 from plume.sampling.base import TraceSampler
 from plume.traces.traceset import TraceSet
 
@@ -167,7 +171,7 @@ __all__ = [
 
 VARIANTS = ("gelato", "pensieve")
 EPISODE_FIELDS = ("return", "return_transformed", "length", "trace", "quality", "stall",
-                  "change", "first_return", "video_seconds")
+                  "change", "first_return", "video_seconds", *GYMNASIUM_EPISODE_KEYS)
 """Keys of ``infos["episode"]`` (see the module docstring)."""
 
 # Gelato / Puffer.
@@ -277,7 +281,8 @@ def _params(variant: str, train: bool, given: dict[str, Any]) -> dict[str, Any]:
 
 
 def _puffer_chunks(traces: TraceSet) -> tuple[np.ndarray, np.ndarray]:
-    """``chunk_sizes`` and ``ssim_db`` as float64 (n, W, 10), checked on every valid row."""
+    """``chunk_sizes`` and ``ssim_db`` as read-only float64 (n, W, 10), checked on every valid
+    row (built once per TraceSet and shared: see ``plume.envs.replay.derived_from``)."""
     arrays = []
     for key in ("chunk_sizes", "ssim_db"):
         if key not in traces.chunks:
@@ -300,6 +305,7 @@ def _puffer_chunks(traces: TraceSet) -> tuple[np.ndarray, np.ndarray]:
     if bad.any():
         raise ValueError(f"TraceSet {traces.name!r}: trace "
                          f"{str(traces.trace_ids[int(np.argmax(bad))])!r} has a chunk size <= 0")
+    read_only(sizes, ssim)
     return sizes, ssim
 
 
@@ -315,7 +321,7 @@ class _SlotEnds:
 
     def __init__(self, tables: PayloadTables, n: int) -> None:
         self._tables = tables
-        self._end = np.ascontiguousarray(tables.slot[:, 3])  # local slot end, padded rows
+        self._end = tables.slot_end  # local slot end, padded rows (shared)
         self._per_trace = np.stack([tables.period, tables.buckets / tables.period], axis=1)
         self._state = np.zeros((2, n))
         self._period, self._scale = self._state
@@ -379,6 +385,11 @@ class _Dynamics:
         self._t1, self._s1 = f(), f()
         self._idx = np.zeros(n, dtype=np.int64)
 
+    @property
+    def tables(self) -> PayloadTables:
+        """The shared download tables of this setting's TraceSet."""
+        return self._tables
+
     def _flip(self) -> None:
         """This step writes the other observation buffer (views by parity read this one)."""
         self._parity = 1 - self._parity
@@ -391,7 +402,7 @@ class _Gelato(_Dynamics):
     n_levels = GELATO_LEVELS
 
     def __init__(self, traces: TraceSet, n: int, train: bool, p: dict[str, Any]) -> None:
-        sizes, ssim = _puffer_chunks(traces)
+        sizes, ssim = derived_from(traces, "puffer_chunks", lambda: _puffer_chunks(traces))
         lengths = traces.lengths
         short = lengths < p["min_chunks"]
         if short.any():
@@ -409,7 +420,7 @@ class _Gelato(_Dynamics):
         self.max_len = longest if self.max_steps is None else min(longest, self.max_steps)
         self.n_starts = np.maximum(lengths - p["min_chunks"], 1).astype(np.int64)
 
-        self._tables = PayloadTables(traces, payload_scale=MB_PER_MBIT)
+        self._tables = PayloadTables.shared(traces, payload_scale=MB_PER_MBIT)
         self._download = BatchedDownload(self._tables, n)
         self._slot_end = _SlotEnds(self._tables, n)
         self._width = sizes.shape[1]
@@ -623,7 +634,7 @@ class _Pensieve(_Dynamics):
         self.n_chunks = self.max_len = p["n_chunks"]
         self.max_steps = None
         self.n_starts = traces.lengths.astype(np.int64)  # every forward slot
-        self._tables = PayloadTables(traces, payload_scale=PENSIEVE_BYTES_PER_MBIT)
+        self._tables = PayloadTables.shared(traces, payload_scale=PENSIEVE_BYTES_PER_MBIT)
         self._download = BatchedDownload(self._tables, n)
         video = VIDEO_SIZES.T[np.arange(self.n_chunks + 1) % VIDEO_SIZES.shape[1]]
         self._sizes = np.ascontiguousarray(video, dtype=np.float64).reshape(-1)  # bytes
@@ -822,6 +833,12 @@ class AbrVecEnv(TraceVecEnv):
         """(N,) index of the chunk each copy downloads next (gelato: the row of its trace's
         video; pensieve: the chunk counter, 0 at an episode's start). A copy."""
         return self._sim.start_chunk()
+
+    @property
+    def payload_tables(self) -> PayloadTables:
+        """The precomputed download tables: read-only, one per TraceSet and payload scale,
+        shared by every env over that TraceSet (``PayloadTables.shared``)."""
+        return self._sim.tables
 
     @property
     def max_steps(self) -> int | None:

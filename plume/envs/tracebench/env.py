@@ -51,8 +51,9 @@ the same ``step``; the returned observation row is the new episode's first obser
 when some copy finished it also holds ``"final_obs"`` (a dense (N, obs_dim) float32 array,
 meaningful where ``"_final_obs"`` is True) and ``"episode"``, a dict of (N,) arrays with mask
 ``"_episode"``: ``return`` (raw QoE sum), ``return_transformed`` (sum of r'), ``length``,
-``trace``, ``quality`` (sum of bitrates), ``stall`` (sum of stall seconds); zero where the
-mask is False. In training mode the sampler receives
+``trace``, ``quality`` (sum of bitrates), ``stall`` (sum of stall seconds), and Gymnasium's
+``r`` (= ``return_transformed``), ``l`` (= ``length``) and ``t`` (wall seconds since the env was
+created; ``plume.envs.vector.GYMNASIUM_EPISODE_KEYS``); zero where the mask is False. In training mode the sampler receives
 ``sampler.update(trace_index, rewards=<the episode's per-step r' as a float array>)`` for every
 finished episode, before the copy draws its next trace with ``sampler.sample_many``. Test mode
 never calls ``update``. Episodes cut short by ``reset()`` are not reported.
@@ -211,7 +212,7 @@ class TraceBenchVecEnv(TraceVecEnv):
         self.min_trace_len = int(min_trace_len)
 
         # Static tables.
-        self._tables = PayloadTables(traces)
+        self._tables = PayloadTables.shared(traces)  # one per TraceSet, shared by all envs
         self._n_chunks = sizes.shape[1]
         self._sizes = np.ascontiguousarray(sizes.reshape(-1, len(BITRATES)))  # row: chunk
         self._n_starts = np.maximum(
@@ -236,6 +237,12 @@ class TraceBenchVecEnv(TraceVecEnv):
     def trace_time(self) -> np.ndarray:
         """(N,) unwrapped trace time of each copy in seconds since its trace's t=0 (a copy)."""
         return self._tau.copy()
+
+    @property
+    def payload_tables(self) -> PayloadTables:
+        """The precomputed download tables: read-only, one per TraceSet, shared by every env
+        over that TraceSet (``PayloadTables.shared``)."""
+        return self._tables
 
     @property
     def n_chunks(self) -> int:
@@ -439,7 +446,8 @@ class TraceBenchEnv(SingleCopyEnv):
     Takes the same arguments as :class:`TraceBenchVecEnv` except ``n_envs``. ``step`` returns
     the transformed reward; ``info`` holds the step's ``delay``, ``stall``, ``buffer``,
     ``sleep``, ``size``, ``quality``, raw ``reward`` and ``trace``, and on the final step an
-    ``episode`` dict of floats (return, return_transformed, length, trace, quality, stall).
+    ``episode`` dict of floats (return, return_transformed, length, trace, quality, stall, and
+Gymnasium's r, l, t: SB3 reads these without a ``Monitor``, which would replace the dict).
     After ``terminated`` call ``reset()``. In test mode with the default sampler, successive
     ``reset()`` calls play traces 0, 1, 2, ... (``reset(seed=...)`` starts again at 0).
     """
