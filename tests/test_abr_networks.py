@@ -115,11 +115,11 @@ def test_shapes_and_parameter_counts(cls, obs_dim, out_dim, n):
 
 
 def test_obs_dim_mismatch_errors():
-    with pytest.raises(ValueError, match=r"10 x 26.*obs_dim 260\), got 48: use network=pensieve"
+    with pytest.raises(ValueError, match=r"10 x 26.*obs_dim 260\), got 48: use network=pensieve \(algo=a2c_pensieve\)"
                                          r" or mlp for env.variant=pensieve"):
         GelatoExtractor(PENSIEVE_DIM)
     with pytest.raises(ValueError, match=r"6 x 8.*obs_dim 48\), got 260: use network=gelato "
-                                         r"or mlp for env.variant=gelato"):
+                                         r"\(algo=a2c_gelato\) or mlp for env.variant=gelato"):
         PensieveExtractor(GELATO_DIM)
     for cls in (GelatoExtractor, PensieveExtractor):
         with pytest.raises(ValueError, match=r"got 100: use network=mlp"):
@@ -345,9 +345,9 @@ def test_shared_state_dict_round_trip(envs):
 def test_actor_critic_network_errors(envs):
     gelato = envs["gelato"].single_observation_space, envs["gelato"].single_action_space
     pensieve = envs["pensieve"].single_observation_space, envs["pensieve"].single_action_space
-    with pytest.raises(ValueError, match="use network=gelato or mlp for env.variant=gelato"):
+    with pytest.raises(ValueError, match=r"use network=gelato \(algo=a2c_gelato\) or mlp for env.variant=gelato"):
         ActorCritic(*gelato, [128], "relu", network="pensieve")
-    with pytest.raises(ValueError, match="use network=pensieve or mlp for env.variant=pensieve"):
+    with pytest.raises(ValueError, match=r"use network=pensieve \(algo=a2c_pensieve\) or mlp for env.variant=pensieve"):
         ActorCritic(*pensieve, [256], "relu", network="gelato")
     with pytest.raises(ValueError, match="network must be one of"):
         ActorCritic(*gelato, network="cnn")

@@ -95,6 +95,7 @@ def test_episode_signals_score_each_episode_with_its_mean_absolute_advantage():
     monitor = TrainingMonitor(env, signals=signals)
     agent = PPO(monitor, PPOConfig(n_steps=256, hidden_sizes=(16,)), seed=0)
     given = []
+    agent.track_learner_signal = True
     monitor.connect(lambda: given.append(agent.learner_signal()) or given[-1])
     agent.learn(1024)  # one rollout of 256 steps per copy
     assert sampler.reports == [] and signals.pending_steps == 256  # no scores yet

@@ -8,11 +8,12 @@ one line here.
 
 from plume.agents.a2c import A2C, A2CConfig
 from plume.agents.base import Algorithm
+from plume.agents.dqn import DQN, DQNConfig
 from plume.agents.networks import ActorCritic, mlp
 from plume.agents.on_policy import compute_gae
 from plume.agents.ppo import PPO, PPOConfig
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C}
+ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "a2c": A2C, "dqn": DQN}
 
-__all__ = ["A2C", "ALGORITHMS", "PPO", "A2CConfig", "ActorCritic", "Algorithm", "PPOConfig",
-           "compute_gae", "mlp"]
+__all__ = ["A2C", "ALGORITHMS", "DQN", "PPO", "A2CConfig", "ActorCritic", "Algorithm",
+           "DQNConfig", "PPOConfig", "compute_gae", "mlp"]

@@ -23,13 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
+from plume.agents.base import check_real, fail_field
 from plume.agents.on_policy import (
     ActorCriticAlgorithm,
     ActorCriticConfig,
     Rollout,
-    check_real,
     explained_variance,
-    fail_field,
 )
 
 OPTIMIZERS = ("rmsprop", "adam")

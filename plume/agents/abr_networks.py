@@ -93,7 +93,8 @@ def _check_obs_dim(name: str, layout: tuple[int, int], obs_dim: int) -> None:
         return
     other = {"gelato": "pensieve", "pensieve": "gelato"}[name]
     other_dim = math.prod(PENSIEVE_LAYOUT if other == "pensieve" else GELATO_LAYOUT)
-    hint = (f"use network={other} or mlp for env.variant={other}" if int(obs_dim) == other_dim
+    hint = (f"use network={other} (algo=a2c_{other}) or mlp for env.variant={other}"
+            if int(obs_dim) == other_dim
             else "use network=mlp for other observations")
     raise ValueError(
         f"the {name} network needs the {layout[0]} x {layout[1]} {name} observation of env=abr "

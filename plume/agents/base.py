@@ -20,7 +20,9 @@ An algorithm is built as ``Algo(env, config, seed, total_env_steps=...)`` on a G
   DQN). ``T`` may be less than the steps taken when a score is not known yet (it then comes
   first in the next call). The harness, not the algorithm, maps them to finished episodes for
   samplers that want them (PLR); a sampler that needs them is refused at validation for an
-  algorithm whose ``LEARNER_SIGNAL`` is None.
+  algorithm whose ``LEARNER_SIGNAL`` is None. The signal is kept only while
+  ``track_learner_signal`` is True (the harness sets it before the first ``learn``), so a run
+  that does not read it neither pays for it nor accumulates it.
 
 Each algorithm also names its hyperparameter dataclass (``CONFIG``): the harness validates the
 ``algo`` config section against it before any work starts.
@@ -28,11 +30,14 @@ Each algorithm also names its hyperparameter dataclass (``CONFIG``): the harness
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 
 class Algorithm(ABC):
@@ -45,6 +50,8 @@ class Algorithm(ABC):
 
     env_steps: int
     """Environment steps taken so far (``step()`` calls x ``num_envs``)."""
+    track_learner_signal: bool = False
+    """Keep the learner signal for :meth:`learner_signal` (see the module docstring)."""
 
     @abstractmethod
     def learn(self, until_env_steps: int) -> list[dict[str, Any]]:
@@ -80,3 +87,62 @@ def check_budget(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+# Checks every algorithm's config dataclass runs in __post_init__ (ValueError naming the field)
+def fail_field(config: Any, name: str, expected: str) -> None:
+    raise ValueError(
+        f"{type(config).__name__}.{name} must be {expected}, got {getattr(config, name)!r}")
+
+
+def check_real(config: Any, name: str) -> float:
+    """The field ``name`` of ``config`` as a float, or ValueError naming it."""
+    v = getattr(config, name)
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v):
+        fail_field(config, name, "a real number")
+    return float(v)
+
+
+def check_int(config: Any, name: str, minimum: int) -> None:
+    v = getattr(config, name)
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+        fail_field(config, name, f"an integer >= {minimum}")
+
+
+def check_bool(config: Any, *names: str) -> None:
+    for name in names:
+        if not isinstance(getattr(config, name), (bool, np.bool_)):
+            fail_field(config, name, "a bool")
+
+
+def check_sizes(config: Any, name: str) -> None:
+    """The field ``name`` as a tuple of positive ints (lists from YAML become tuples)."""
+    try:
+        sizes = tuple(getattr(config, name))
+    except TypeError:
+        fail_field(config, name, "a sequence of positive integers")
+    if not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
+               for h in sizes):
+        fail_field(config, name, "a sequence of positive integers")
+    setattr(config, name, tuple(int(h) for h in sizes))
+
+
+def check_network(config: Any) -> None:
+    """``hidden_sizes`` (made a tuple), ``activation``, ``network`` and ``device``."""
+    from plume.agents.networks import ACTIVATIONS, NETWORKS
+
+    check_sizes(config, "hidden_sizes")
+    if config.activation not in ACTIVATIONS:
+        fail_field(config, "activation", f"one of {sorted(ACTIVATIONS)}")
+    if config.network not in NETWORKS:
+        fail_field(config, "network", f"one of {list(NETWORKS)}")
+    try:
+        torch.device(config.device)
+    except (RuntimeError, TypeError):
+        fail_field(config, "device", "a torch device string such as 'cpu' or 'cuda:0'")
+
+
+def linear_schedule(start: float, end: float, progress: float, fraction: float = 1.0) -> float:
+    """``start`` -> ``end`` linearly over progress ``[0, fraction]``, exactly ``end`` after."""
+    p = min(max(progress / fraction, 0.0), 1.0)
+    return float(end) if p == 1.0 else float(start + p * (end - start))

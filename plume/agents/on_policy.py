@@ -58,14 +58,14 @@ Metrics of every update record
   ``1 - Var(returns - values) / Var(returns)`` over the rollout (NaN when constant).
 - ``perf/rollout_s``, ``perf/update_s``, ``perf/steps_per_s`` (rollout steps / both).
 
-Learner signal: the GAE advantage of every step, ``(n_steps, num_envs)`` per rollout.
+Learner signal (while ``track_learner_signal``): the GAE advantage of every step,
+``(n_steps, num_envs)`` per rollout.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import numbers
 import time
 from abc import abstractmethod
 from dataclasses import asdict, dataclass
@@ -76,61 +76,26 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from plume.agents.base import Algorithm, check_budget, update_record
-from plume.agents.networks import ACTIVATIONS, NETWORKS, ActorCritic
+from plume.agents.base import (
+    Algorithm,
+    check_bool,
+    check_budget,
+    check_int,
+    check_network,
+    check_real,
+    fail_field,
+    linear_schedule,
+    update_record,
+)
+from plume.agents.networks import ActorCritic
+from plume.agents.vector_env import EpisodeStats, autoreset_mode, final_observations
 
 UPDATE_PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16}
-_EPISODE_KEYS = ("return", "r", "length", "l", "t")  # return/length mapped; t is wall time
 
 
 # ---------------------------------------------------------------------------------------------
 # Configuration
 # ---------------------------------------------------------------------------------------------
-def fail_field(config: Any, name: str, expected: str) -> None:
-    raise ValueError(
-        f"{type(config).__name__}.{name} must be {expected}, got {getattr(config, name)!r}")
-
-
-def check_real(config: Any, name: str) -> float:
-    """The field ``name`` of ``config`` as a float, or ValueError naming it."""
-    v = getattr(config, name)
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v):
-        fail_field(config, name, "a real number")
-    return float(v)
-
-
-def check_int(config: Any, name: str, minimum: int) -> None:
-    v = getattr(config, name)
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
-        fail_field(config, name, f"an integer >= {minimum}")
-
-
-def check_bool(config: Any, *names: str) -> None:
-    for name in names:
-        if not isinstance(getattr(config, name), (bool, np.bool_)):
-            fail_field(config, name, "a bool")
-
-
-def check_network(config: Any) -> None:
-    """``hidden_sizes`` (made a tuple), ``activation``, ``network`` and ``device``."""
-    try:
-        sizes = tuple(config.hidden_sizes)
-    except TypeError:
-        fail_field(config, "hidden_sizes", "a sequence of positive integers")
-    if not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
-               for h in sizes):
-        fail_field(config, "hidden_sizes", "a sequence of positive integers")
-    config.hidden_sizes = tuple(int(h) for h in sizes)
-    if config.activation not in ACTIVATIONS:
-        fail_field(config, "activation", f"one of {sorted(ACTIVATIONS)}")
-    if config.network not in NETWORKS:
-        fail_field(config, "network", f"one of {list(NETWORKS)}")
-    try:
-        torch.device(config.device)
-    except (RuntimeError, TypeError):
-        fail_field(config, "device", "a torch device string such as 'cpu' or 'cuda:0'")
-
-
 @dataclass
 class ActorCriticConfig:
     """Hyperparameters every actor-critic here has (schedules: the module docstring)."""
@@ -165,6 +130,8 @@ class ActorCriticConfig:
     """mlp, or the paper's ABR extractors gelato / pensieve with MLP heads."""
     device: str = "cpu"
     """Torch device of the networks and rollout tensors."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (Box actions only)."""
     update_precision: str = "float32"
     """float32, or bfloat16: autocast of the update's forward passes, output layers in float32
     (benchmarks/bench_learners.py measures speed and score)."""
@@ -207,12 +174,6 @@ class ActorCriticConfig:
         return linear_schedule(
             self.ent_coef, self.ent_coef_final, progress, self.ent_schedule_fraction
         )
-
-
-def linear_schedule(start: float, end: float, progress: float, fraction: float = 1.0) -> float:
-    """``start`` -> ``end`` linearly over progress ``[0, fraction]``, ``end`` after."""
-    p = min(max(progress / fraction, 0.0), 1.0)
-    return float(start + p * (end - start))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,21 +242,6 @@ def explained_variance(rollout: Rollout) -> float:
     return float("nan") if var_y == 0 else 1.0 - (y_true - y_pred).var().item() / var_y
 
 
-def autoreset_mode(env: gym.vector.VectorEnv, who: str) -> AutoresetMode:
-    """The env's autoreset mode (Gymnasium's default when unset); DISABLED is refused."""
-    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    try:
-        mode = AutoresetMode(mode.value if isinstance(mode, AutoresetMode) else mode)
-    except ValueError:
-        raise ValueError(f"unknown env.metadata['autoreset_mode'] {mode!r}") from None
-    if mode is AutoresetMode.DISABLED:
-        raise ValueError(
-            f"{who} needs an autoresetting vector env (AutoresetMode.SAME_STEP or NEXT_STEP); "
-            "got AutoresetMode.DISABLED"
-        )
-    return mode
-
-
 class RolloutBuffer:
     """Preallocated ``(n_steps, num_envs, ...)`` storage, filled by stepping ``env`` with
     ``policy``; keeps the env's current observation and episode sums between rollouts."""
@@ -319,16 +265,14 @@ class RolloutBuffer:
         self.valid = np.ones((T, N), dtype=bool)
         self.current_obs: np.ndarray | None = None  # None: reset at the next collect
         self._reset_step_next = np.zeros(N, dtype=bool)  # NEXT_STEP: next step() is a reset
-        self._ep_return = np.zeros(N, dtype=np.float64)  # fallback episode statistics
-        self._ep_length = np.zeros(N, dtype=np.int64)
+        self.episodes = EpisodeStats(N)
 
     def start(self) -> None:
         """Reset the env if no episode is running (first rollout, or after a restore)."""
         if self.current_obs is None:
             self.current_obs, _ = self.env.reset()
             self._reset_step_next[:] = False
-            self._ep_return[:] = 0.0
-            self._ep_length[:] = 0
+            self.episodes.restart()
 
     @torch.no_grad()
     def collect(self, gamma: float, gae_lambda: float, generator: torch.Generator) -> Rollout:
@@ -336,19 +280,14 @@ class RolloutBuffer:
         if self.current_obs is None:
             raise RuntimeError("call learn() (or start()) before collecting a rollout")
         next_step_mode = self.autoreset_mode is AutoresetMode.NEXT_STEP
-        episodes: dict[str, list[np.ndarray]] = {"return": [], "length": []}
         for t in range(self.n_steps):
             valid = ~self._reset_step_next
             self.valid[t] = valid
-            done, infos = self._step(t, gamma, generator)
-            self._ep_length += valid
-            if done.any():
-                self._record_episodes(done, infos, episodes)
-                self._ep_return[done] = 0.0
-                self._ep_length[done] = 0
+            reward, done, infos = self._step(t, gamma, generator)
+            self.episodes.step(reward, valid, done, infos)
             if next_step_mode:
                 self._reset_step_next = done
-        return self._finish(gamma, gae_lambda, episodes)
+        return self._finish(gamma, gae_lambda)
 
     def _step(self, t: int, gamma: float, generator: torch.Generator):
         obs_t = self.obs[t]
@@ -369,14 +308,13 @@ class RolloutBuffer:
         bootstrap = truncated & ~terminated
         if bootstrap.any():
             idx = np.flatnonzero(bootstrap)
-            final = self._final_obs(next_obs, infos, idx)
+            final = final_observations(next_obs, infos, idx, self.autoreset_mode)
             final_t = torch.as_tensor(final, dtype=torch.float32, device=self.device)
             self.rewards[t, idx] += gamma * self.policy.value(final_t).cpu().numpy()
-        self._ep_return += np.where(self.valid[t], reward, 0.0)
         self.current_obs = next_obs
-        return done, infos
+        return reward, done, infos
 
-    def _finish(self, gamma: float, gae_lambda: float, episodes) -> Rollout:
+    def _finish(self, gamma: float, gae_lambda: float) -> Rollout:
         """GAE over the rollout (V(s_T) bootstraps the unfinished episodes) and its metrics."""
         last_value = self.policy.value(
             torch.as_tensor(np.asarray(self.current_obs), dtype=torch.float32, device=self.device)
@@ -399,55 +337,8 @@ class RolloutBuffer:
             valid=valid_idx,
             rewards=self.rewards.copy(),
             dones=self.dones.copy(),
-            episode_metrics=_episode_metrics(episodes),
+            episode_metrics=self.episodes.take(),
         )
-
-    def _final_obs(self, next_obs: np.ndarray, infos: dict, idx: np.ndarray) -> np.ndarray:
-        """Last observations of the episodes of copies ``idx`` that just ended."""
-        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-            return np.asarray(next_obs)[idx]
-        if "final_obs" not in infos:
-            raise KeyError(
-                "SAME_STEP vector env truncated an episode without infos['final_obs'] "
-                "(needed to bootstrap the value of truncated episodes)"
-            )
-        final = infos["final_obs"]
-        if isinstance(final, np.ndarray) and final.dtype != object:
-            return final[idx]
-        return np.stack([np.asarray(final[i]) for i in idx])
-
-    def _record_episodes(self, done, infos, episodes: dict[str, list[np.ndarray]]) -> None:
-        """Append the statistics of the episodes that ended at this step."""
-        episode = infos.get("episode") if isinstance(infos, dict) else None
-        if episode is None:  # the env reports nothing: use the sums kept here
-            episodes["return"].append(self._ep_return[done].copy())
-            episodes["length"].append(self._ep_length[done].astype(np.float64))
-            return
-        mask = np.asarray(infos.get("_episode", done), dtype=bool)
-        ret = episode.get("return", episode.get("r"))
-        length = episode.get("length", episode.get("l"))
-        episodes["return"].append(
-            np.asarray(ret, np.float64)[mask] if ret is not None else self._ep_return[mask].copy()
-        )
-        episodes["length"].append(
-            np.asarray(length if length is not None else self._ep_length, np.float64)[mask]
-        )
-        for key, val in episode.items():
-            if key in _EPISODE_KEYS or key.startswith("_"):
-                continue
-            arr = np.asarray(val)
-            if arr.shape == (self.num_envs,) and arr.dtype.kind in "biuf":
-                episodes.setdefault(key, []).append(arr[mask].astype(np.float64))
-
-
-def _episode_metrics(episodes: dict[str, list[np.ndarray]]) -> dict[str, float]:
-    metrics: dict[str, float] = {"charts/episodes": int(sum(len(x) for x in episodes["return"]))}
-    if metrics["charts/episodes"] > 0:
-        for key, chunks in episodes.items():
-            name = {"return": "charts/episodic_return",
-                    "length": "charts/episodic_length"}.get(key, f"charts/episode_{key}")
-            metrics[name] = float(np.concatenate(chunks).mean())
-    return metrics
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,6 +376,7 @@ class ActorCriticAlgorithm(Algorithm):
                 hidden_sizes=config.hidden_sizes,
                 activation=config.activation,
                 network=config.network,
+                log_std_init=check_real(config, "log_std_init"),
             ).to(self.device)
         self.policy.update_dtype = UPDATE_PRECISIONS[config.update_precision]
         self.generator = torch.Generator(device=self.device).manual_seed(int(sample_seed))
@@ -508,8 +400,9 @@ class ActorCriticAlgorithm(Algorithm):
         cfg = self.config
         rollout = self.rollouts.collect(cfg.gamma, cfg.gae_lambda, self.generator)
         self.env_steps += self.batch_size
-        self._signal.append(rollout.advantages.reshape(cfg.n_steps, -1).cpu().numpy()
-                            .astype(np.float64))
+        if self.track_learner_signal:
+            self._signal.append(rollout.advantages.reshape(cfg.n_steps, -1).cpu().numpy()
+                                .astype(np.float64))
         return rollout
 
     def learn(self, until_env_steps: int) -> list[dict[str, Any]]:

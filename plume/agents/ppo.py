@@ -23,15 +23,12 @@ from dataclasses import dataclass
 
 import torch
 
+from plume.agents.base import check_bool, check_int, check_real, fail_field
 from plume.agents.on_policy import (
     ActorCriticAlgorithm,
     ActorCriticConfig,
     Rollout,
     explained_variance,
-    fail_field,
-    check_bool,
-    check_int,
-    check_real,
 )
 
 

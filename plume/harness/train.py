@@ -170,8 +170,10 @@ class _Training:
         self.train_traces = load_checked(spec, job.env.dataset, "train", job.env.trace_format,
                                          params)
         test_sets = load_test_sets(spec, job.env, params)
-        # Environments are built before any analysis, so bad traces fail before work starts.
+        # Environments and the learner are built before any analysis, so bad traces or an
+        # algorithm that does not fit the env (a network for another observation) fail first.
         self.evaluator = Evaluator(spec, test_sets, params)
+        _check_algorithm_fits(job, self.train_traces)
         # Stage 1-2 runs for every sampler (cached per dataset and settings): Plume's samplers
         # use it, and every run's test traces are labelled with their training cluster.
         analysis = _analysis(job, self.train_traces)
@@ -192,6 +194,7 @@ class _Training:
         self.agent = ALGORITHMS[job.algo_name](self.monitor, job.algo,
                                                seed=torch_seed(streams["torch"]),
                                                total_env_steps=job.train.total_steps)
+        self.agent.track_learner_signal = signals is not None
         self.monitor.connect(self.agent.learner_signal)
         rundir.write_json(SCORE_FILE, score_description(spec, params, self.evaluator,
                                                         Path(job.paths.cache)))
@@ -334,6 +337,21 @@ def _analysis(job: JobConfig, traces):
         log.info("stage 1-2 skipped: %s (test traces get no cluster label)", message)
         return None
     return run_analysis(traces, job.analysis, job.paths.cache)
+
+
+def _check_algorithm_fits(job: JobConfig, traces) -> None:
+    """Build the learner on a one-copy env of the first training trace: its spaces are the
+    real ones, so a config the algorithm rejects (e.g. network=gelato on the Pensieve
+    observation) is the user's mistake, reported in one line before stage 1-2 runs."""
+    from plume.agents import ALGORITHMS
+
+    probe = make_env(job.env_spec, traces.subset([0]), 1, None, mode="test", seed=0,
+                     params=job.env_params)
+    try:
+        ALGORITHMS[job.algo_name](probe, job.algo, seed=0, total_env_steps=1)
+    except ValueError as err:
+        raise ConfigError(f"algo={job.algo_name} does not fit env={job.env_spec.name}: "
+                          f"{err}") from None
 
 
 def _recomputes(sampler) -> list:

@@ -137,7 +137,7 @@ SPEC = EnvSpec(
     analysis={"channel": "bandwidth", "resample_s": 0.5, "feature_set": "puffer",
               "k_range": (6, 15),
               "selection": {"fraction": 0.4, "steps": 5, "central_rounding": "ceil"}},
-    algo_preset="ppo_abr",
+    algo_preset="a2c_gelato",
     default_dataset=lambda params: ("puffer_synthetic" if params.variant == "gelato"
                                     else "pensieve_synthetic"),
     channel_help=("the gelato setting replays Puffer traces (per-chunk sizes and SSIMs of every "

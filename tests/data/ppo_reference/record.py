@@ -16,7 +16,7 @@ from tests.conftest import CONF_DIR, TINY
 HERE = Path(__file__).parent
 JOBS = {
     "plr": TINY + ["sampler=plr", "train.total_steps=3072", "seed=5", "logger=none"],
-    "abr": ["env=abr", "train.total_steps=1536", "train.eval_points=2", "env.n_envs=8",
+    "abr": ["env=abr", "algo=ppo_abr", "train.total_steps=1536", "train.eval_points=2", "env.n_envs=8",
             "algo.n_steps=64", "algo.hidden_sizes=[32,32]", "train.progress_every_s=0",
             "sampler=uniform", "seed=2", "logger=none", "analysis.k_range=[2,3]",
             "analysis.selection.k_end=3", "env.test_sets=[puffer_synthetic]"],
