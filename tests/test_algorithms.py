@@ -59,7 +59,8 @@ def test_each_algorithm_solves_cartpole(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "a2c"])
 def test_continuous_actor_critics_swing_up_pendulum(name):
-    """Better than -400 mean greedy return on Pendulum-v1 (random: about -1200)."""
+    """Better than -400 mean greedy return on Pendulum-v1 (random: about -1200). Measured on
+    seed 0: PPO -189 after 300k steps, A2C -365 after 1M (about 1.5 min each here)."""
     wrappers = gym.wrappers.vector
     env = gym.make_vec("Pendulum-v1", num_envs=8, vectorization_mode="sync")
     env = wrappers.NormalizeReward(wrappers.ClipAction(env), gamma=0.9)

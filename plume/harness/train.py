@@ -285,7 +285,7 @@ class _Training:
 
     def log_records(self, records: list[dict[str, Any]]) -> None:
         """The updates of one ``learn`` call: train.jsonl and the tracker, each update with the
-        sampler weights recomputed during it; then any learner signal still on its way."""
+        sampler weights recomputed during it (the learner signal still on its way first)."""
         self.monitor.deliver_signals()
         total = self.job.train.total_steps
         for metrics in records:
