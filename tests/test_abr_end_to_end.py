@@ -48,8 +48,8 @@ def test_a_directory_of_trace_files_trains_and_reports_with_no_user_code(
     from plume.report.cli import build_report
 
     folder = _trace_dir(tmp_path, fmt)
-    overrides = [*ABR_TINY, "env=abr", "env.variant=pensieve", f"env.dataset={folder}",
-                 f"env.trace_format={fmt}"]
+    overrides = ["algo=a2c_pensieve", *ABR_TINY, "env=abr", "env.variant=pensieve",
+                 f"env.dataset={folder}", f"env.trace_format={fmt}"]
     for seed in range(2):
         run_job(compose_cfg(*overrides, f"seed={seed}"), tmp_path / "runs" / f"seed={seed}")
     run = tmp_path / "runs" / "seed=0"
@@ -105,7 +105,7 @@ def test_a_malformed_trace_file_fails_before_work_in_one_line(tmp_path):
     bad.write_text("\n".join(lines) + "\n")
     done = subprocess.run(
         [sys.executable, "-m", "plume.harness.train", "env=abr", "env.variant=pensieve",
-         f"env.dataset={folder}", "env.trace_format=cooked", f"paths.root={tmp_path / 'runs'}",
+         "algo=a2c_pensieve", f"env.dataset={folder}", "env.trace_format=cooked", f"paths.root={tmp_path / 'runs'}",
          "logger=none"],
         capture_output=True, text=True, env=plume_train_env(), timeout=300)
     assert done.returncode == 2

@@ -244,3 +244,10 @@ def test_every_algorithm_beats_the_always_lowest_policy_on_tracebench(
     untrained, final = scores.mean().iloc[0], scores.mean().iloc[-1]
     print(f"{algo}: always-lowest {floor:.3f}, untrained {untrained:.3f}, trained {final:.3f}")
     assert final > max(floor, untrained) + 0.5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+@pytest.mark.parametrize("algo", sorted(SMALL))
+def test_a_cuda_device_without_cuda_is_refused_at_validation(compose_cfg, algo):
+    with pytest.raises(ConfigError, match=r"algo: \w+Config\.device must be 'cpu' on this"):
+        validate(compose_cfg(f"algo={algo}", "algo.device=cuda"))

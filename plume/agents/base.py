@@ -137,9 +137,11 @@ def check_network(config: Any) -> None:
     if config.network not in NETWORKS:
         fail_field(config, "network", f"one of {list(NETWORKS)}")
     try:
-        torch.device(config.device)
+        device = torch.device(config.device)
     except (RuntimeError, TypeError):
         fail_field(config, "device", "a torch device string such as 'cpu' or 'cuda:0'")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        fail_field(config, "device", "'cpu' on this machine (torch sees no CUDA device)")
 
 
 def linear_schedule(start: float, end: float, progress: float, fraction: float = 1.0) -> float:
