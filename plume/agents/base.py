@@ -22,7 +22,9 @@ An algorithm is built as ``Algo(env, config, seed, total_env_steps=...)`` on a G
   samplers that want them (PLR); a sampler that needs them is refused at validation for an
   algorithm whose ``LEARNER_SIGNAL`` is None. The signal is kept only while
   ``track_learner_signal`` is True (the harness sets it before the first ``learn``), so a run
-  that does not read it neither pays for it nor accumulates it.
+  that does not read it neither pays for it nor accumulates it. It may be called at any time:
+  the harness polls it before every training step (through the env wrapper it gives the
+  algorithm), so a sampler gets an episode's scores as soon as they exist.
 
 Each algorithm also names its hyperparameter dataclass (``CONFIG``): the harness validates the
 ``algo`` config section against it before any work starts.
@@ -38,6 +40,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+
+from plume.agents.networks import ACTIVATIONS, NETWORKS
 
 
 class Algorithm(ABC):
@@ -129,8 +133,6 @@ def check_sizes(config: Any, name: str) -> None:
 
 def check_network(config: Any) -> None:
     """``hidden_sizes`` (made a tuple), ``activation``, ``network`` and ``device``."""
-    from plume.agents.networks import ACTIVATIONS, NETWORKS
-
     check_sizes(config, "hidden_sizes")
     if config.activation not in ACTIVATIONS:
         fail_field(config, "activation", f"one of {sorted(ACTIVATIONS)}")

@@ -13,12 +13,12 @@ an episode's steps, its scores are passed on with the report.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from collections import deque
-from collections.abc import Callable
 
 from plume.sampling import SAMPLERS, TraceSampler
 from plume.traces import TraceSet

@@ -31,6 +31,7 @@ from plume import __version__
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_checked, load_test_sets, make_env
 from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
+from plume.harness.monitor import TrainingMonitor
 from plume.harness.rundir import (
     COMPLETED,
     EVAL_TABLE,
@@ -40,7 +41,6 @@ from plume.harness.rundir import (
     SAMPLER_TABLE,
     RunDirectory,
 )
-from plume.harness.monitor import TrainingMonitor
 from plume.harness.samplers import EpisodeSignals, build_sampler, run_analysis
 from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults, validate
 from plume.harness.seeding import spawn_streams, torch_seed
