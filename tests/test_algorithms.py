@@ -251,3 +251,16 @@ def test_every_algorithm_beats_the_always_lowest_policy_on_tracebench(
 def test_a_cuda_device_without_cuda_is_refused_at_validation(compose_cfg, algo):
     with pytest.raises(ConfigError, match=r"algo: \w+Config\.device must be 'cpu' on this"):
         validate(compose_cfg(f"algo={algo}", "algo.device=cuda"))
+
+
+@pytest.mark.slow
+def test_a_compiled_update_computes_what_the_eager_one_does():
+    """``compile_update`` changes speed, not the update: same losses on the same rollout."""
+    losses = []
+    for compiled in (False, True):
+        agent = PPO(_CueEnv(), PPOConfig(n_steps=8, n_minibatches=2, hidden_sizes=(16,),
+                                         compile_update=compiled), seed=3)
+        agent.rollouts.start()
+        losses.append(agent.update(agent.collect_rollout(), 1e-3, 0.01))
+    for key in ("losses/policy_loss", "losses/value_loss", "losses/entropy"):
+        assert losses[1][key] == pytest.approx(losses[0][key], rel=1e-5, abs=1e-7)

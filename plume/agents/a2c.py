@@ -88,7 +88,7 @@ class A2C(ActorCriticAlgorithm):
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         idx = rollout.valid
-        log_prob, entropy, value = self.policy.evaluate(rollout.obs[idx], rollout.actions[idx])
+        log_prob, entropy, value = self.evaluate_actions(rollout.obs[idx], rollout.actions[idx])
         adv = rollout.advantages[idx]
         if cfg.norm_adv and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)

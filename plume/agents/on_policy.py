@@ -137,6 +137,9 @@ class ActorCriticConfig:
     (benchmarks/bench_learners.py measures speed and score)."""
     fused_optimizer: bool = False
     """Torch's fused Adam kernel (Adam only)."""
+    compile_update: bool = False
+    """``torch.compile`` the update's forward pass (about 20 s of compilation first; needs a
+    C++ compiler; benchmarks/bench_learners.py measures it)."""
 
     def __post_init__(self) -> None:
         if not check_real(self, "learning_rate") > 0:
@@ -156,7 +159,7 @@ class ActorCriticConfig:
             fail_field(self, "vf_coef", ">= 0")
         if not check_real(self, "max_grad_norm") > 0:
             fail_field(self, "max_grad_norm", "> 0 (math.inf disables clipping)")
-        check_bool(self, "anneal_lr", "norm_adv", "fused_optimizer")
+        check_bool(self, "anneal_lr", "norm_adv", "fused_optimizer", "compile_update")
         check_network(self)
         if self.update_precision not in UPDATE_PRECISIONS:
             fail_field(self, "update_precision", f"one of {list(UPDATE_PRECISIONS)}")
@@ -382,6 +385,9 @@ class ActorCriticAlgorithm(Algorithm):
         self.generator = torch.Generator(device=self.device).manual_seed(int(sample_seed))
         self.eval_generator = torch.Generator(device=self.device).manual_seed(int(eval_seed))
         self.optimizer = self.make_optimizer()
+        # What ``update`` calls for log-probabilities, entropies and values of a minibatch.
+        self.evaluate_actions = (torch.compile(self.policy.evaluate) if config.compile_update
+                                 else self.policy.evaluate)
         self.env_steps = 0
         self.updates = 0
         self.rollouts = RolloutBuffer(env, self.policy, config.n_steps, self.device, who)

@@ -95,7 +95,7 @@ class PPO(ActorCriticAlgorithm):
             perm = idx_all[torch.randperm(n, generator=self.generator, device=self.device)]
             epoch_kl = []
             for mb in torch.tensor_split(perm, cfg.n_minibatches):
-                log_prob, entropy, value = self.policy.evaluate(
+                log_prob, entropy, value = self.evaluate_actions(
                     rollout.obs[mb], rollout.actions[mb]
                 )
                 logratio = log_prob - rollout.log_probs[mb]
