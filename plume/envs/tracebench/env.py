@@ -53,7 +53,8 @@ meaningful where ``"_final_obs"`` is True) and ``"episode"``, a dict of (N,) arr
 ``"_episode"``: ``return`` (raw QoE sum), ``return_transformed`` (sum of r'), ``length``,
 ``trace``, ``quality`` (sum of bitrates), ``stall`` (sum of stall seconds), and Gymnasium's
 ``r`` (= ``return_transformed``), ``l`` (= ``length``) and ``t`` (wall seconds since the env was
-created; ``plume.envs.vector.GYMNASIUM_EPISODE_KEYS``); zero where the mask is False. In training mode the sampler receives
+created; ``plume.envs.vector.GYMNASIUM_EPISODE_KEYS``); zero where the mask is False. In
+training mode the sampler receives
 ``sampler.update(trace_index, rewards=<the episode's per-step r' as a float array>)`` for every
 finished episode, before the copy draws its next trace with ``sampler.sample_many``. Test mode
 never calls ``update``. Episodes cut short by ``reset()`` are not reported.
@@ -447,7 +448,7 @@ class TraceBenchEnv(SingleCopyEnv):
     the transformed reward; ``info`` holds the step's ``delay``, ``stall``, ``buffer``,
     ``sleep``, ``size``, ``quality``, raw ``reward`` and ``trace``, and on the final step an
     ``episode`` dict of floats (return, return_transformed, length, trace, quality, stall, and
-Gymnasium's r, l, t: SB3 reads these without a ``Monitor``, which would replace the dict).
+    Gymnasium's r, l, t: SB3 reads these without a ``Monitor``, which would replace the dict).
     After ``terminated`` call ``reset()``. In test mode with the default sampler, successive
     ``reset()`` calls play traces 0, 1, 2, ... (``reset(seed=...)`` starts again at 0).
     """
