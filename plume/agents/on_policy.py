@@ -159,6 +159,7 @@ class ActorCriticConfig:
             fail_field(self, "vf_coef", ">= 0")
         if not check_real(self, "max_grad_norm") > 0:
             fail_field(self, "max_grad_norm", "> 0 (math.inf disables clipping)")
+        check_real(self, "log_std_init")
         check_bool(self, "anneal_lr", "norm_adv", "fused_optimizer", "compile_update")
         check_network(self)
         if self.update_precision not in UPDATE_PRECISIONS:
@@ -379,7 +380,7 @@ class ActorCriticAlgorithm(Algorithm):
                 hidden_sizes=config.hidden_sizes,
                 activation=config.activation,
                 network=config.network,
-                log_std_init=check_real(config, "log_std_init"),
+                log_std_init=config.log_std_init,
             ).to(self.device)
         self.policy.update_dtype = UPDATE_PRECISIONS[config.update_precision]
         self.generator = torch.Generator(device=self.device).manual_seed(int(sample_seed))
