@@ -17,6 +17,7 @@ import pytest
 
 from plume.analysis import (
     CENTRAL_CALCULATORS,
+    CONSTANT_FEATURES,
     FEATURE_SETS,
     AnalysisSettings,
     SelectionSettings,
@@ -224,6 +225,27 @@ def test_compute_features_frame_and_errors():
         compute_features(traces, [("no_such_feature", {})])
     with pytest.raises(ValueError, match="bad parameters"):
         compute_features(traces, [("quantile", {"p": 0.1})])
+
+
+def test_constant_features_are_the_raw_tuples_and_cluster_planted_links():
+    """CC's link tuples (paper §3.4): the raw constants are the features, ``period`` is not a
+    feature, and three planted link regimes come back as three clusters."""
+    rng = np.random.default_rng(0)
+    centres = np.array([[100.0, 0.05, 10.0], [300.0, 0.2, 40.0], [800.0, 0.4, 5.0]])
+    kind = np.repeat(np.arange(3), 40)
+    values = centres[kind] * rng.uniform(0.95, 1.05, size=(120, 3))
+    traces = TraceSet(name="links", series={}, constants={
+        "bandwidth": values[:, 0], "latency": values[:, 1], "queue": values[:, 2],
+        "period": np.full(120, 7.0)}, labels=np.array(["a", "b", "c"])[kind])
+    frame = compute_features(traces, CONSTANT_FEATURES)
+    assert list(frame.columns) == ["constant__bandwidth", "constant__latency", "constant__queue"]
+    np.testing.assert_array_equal(frame["constant__latency"], values[:, 1])
+    result = analyze(traces, AnalysisSettings(feature_set=CONSTANT_FEATURES, select=False,
+                                              k_range=(2, 5), restarts=5))
+    assert result.kept == list(frame.columns)
+    assert result.k == 3 and adjusted_rand_index(result.labels, kind) == 1.0
+    with pytest.raises(ValueError, match="no constants channel"):
+        compute_features(load_tracebench("balanced", "train").subset(range(3)), "constants")
 
 
 # ---------------------------------------------------------------------------------------

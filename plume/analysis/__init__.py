@@ -26,6 +26,7 @@ from plume.analysis.clustering import (
 from plume.analysis.features import (
     CALCULATORS,
     CENTRAL_CALCULATORS,
+    CONSTANT_FEATURES,
     FEATURE_SETS,
     FeatureSpec,
     calculator_of,
@@ -60,6 +61,7 @@ __all__ = [
     "ANALYSIS_FORMAT_VERSION",
     "CALCULATORS",
     "CENTRAL_CALCULATORS",
+    "CONSTANT_FEATURES",
     "FEATURE_SETS",
     "REFERENCE_MIN_CLUSTER_FRACTION",
     "SELECTION_PRESETS",

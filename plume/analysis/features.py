@@ -63,6 +63,7 @@ from plume.traces.traceset import TraceSet
 __all__ = [
     "CALCULATORS",
     "CENTRAL_CALCULATORS",
+    "CONSTANT_FEATURES",
     "FEATURE_SETS",
     "FeatureSpec",
     "calculator_of",
@@ -450,6 +451,24 @@ def _call(calculator: str, rows: _Rows, params: Mapping[str, Any]) -> np.ndarray
         raise ValueError(f"bad parameters {params} for feature calculator {calculator!r}: {err}")
 
 
+CONSTANT_FEATURES = "constants"
+"""The feature set of traces that are parameter tuples, not series (CC's link tuples: paper
+§3.4, "the raw tuple is used as the features"): one feature per ``constants`` channel of the
+TraceSet (except ``period``, which only says how a series loops), its raw value."""
+
+
+def constant_features(traces: TraceSet) -> pd.DataFrame:
+    """The :data:`CONSTANT_FEATURES` of ``traces``: rows = traces by id, one column per
+    constants channel (``constant__<channel>``)."""
+    channels = [c for c in traces.constants if c != "period"]
+    if not channels:
+        raise ValueError(f"TraceSet {traces.name!r} has no constants channel to use as "
+                         f"features; it has {', '.join(traces.channel_names) or 'none'}")
+    return pd.DataFrame({f"constant__{c}": np.asarray(traces.constants[c], dtype=np.float64)
+                         for c in channels},
+                        index=pd.Index(traces.trace_ids, name="id"))
+
+
 def resolve_feature_set(feature_set: str | Sequence[FeatureSpec]) -> list[FeatureSpec]:
     """A feature-set name (key of FEATURE_SETS) or a list of specs -> a checked list of specs."""
     if isinstance(feature_set, str):
@@ -548,7 +567,10 @@ def compute_features(
 
     ``feature_set`` is a key of :data:`FEATURE_SETS` or a list of ``(calculator, params)``.
     NaNs are kept (as tsfresh without an impute function) unless ``impute=True``.
+    :data:`CONSTANT_FEATURES` takes the per-trace constants instead of ``channel``.
     """
+    if feature_set == CONSTANT_FEATURES:
+        return constant_features(traces)
     if channel not in traces.series:
         raise ValueError(f"TraceSet {traces.name!r} has no series channel {channel!r} to "
                          f"featurise; it has {', '.join(traces.channel_names) or 'none'}")

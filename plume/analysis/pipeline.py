@@ -32,7 +32,12 @@ import numpy as np
 import pandas as pd
 
 from plume.analysis.clustering import choose_k, standardize
-from plume.analysis.features import compute_features, impute, resolve_feature_set
+from plume.analysis.features import (
+    CONSTANT_FEATURES,
+    compute_features,
+    impute,
+    resolve_feature_set,
+)
 from plume.analysis.selection import (
     SELECTION_PRESETS,
     SelectionResult,
@@ -68,7 +73,8 @@ class AnalysisSettings:
     """Everything that determines a stage 1-2 result (its cache key).
 
     Attributes:
-        feature_set: name in ``FEATURE_SETS`` ("tracebench", "puffer") or a sequence of
+        feature_set: name in ``FEATURE_SETS`` ("tracebench", "puffer"), ``"constants"`` (the
+            traces' per-trace constants: CC's link tuples) or a sequence of
             ``(calculator, params)`` specs.
         select: run the iterative selection; False = cluster on all candidate features
             (the "no selection" ablation).
@@ -105,7 +111,7 @@ class AnalysisSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "feature_set", _freeze_feature_set(self.feature_set))
-        if isinstance(self.feature_set, str):
+        if isinstance(self.feature_set, str) and self.feature_set != CONSTANT_FEATURES:
             resolve_feature_set(self.feature_set)  # fails early on an unknown name
         if not isinstance(self.selection, SelectionSettings):
             raise TypeError(f"selection must be a SelectionSettings, got {self.selection!r}")
