@@ -2,7 +2,9 @@
 the schema, the evaluator and the report ever know of an environment (DESIGN.md, Contracts).
 
 Adding an environment = its own package under ``plume/envs/`` exposing ``SPEC``, its config
-file ``conf/env/<name>.yaml`` and one line in :data:`ENV_PACKAGES`. Nothing else changes.
+file ``conf/env/<name>.yaml`` and one line in :data:`ENV_PACKAGES`. Nothing else changes. An
+environment of a user's own, outside plume, needs no registry line: its config file (in a
+config directory on Hydra's search path) names the module with ``package:``.
 
 A spec says which traces the environment replays (built-in datasets, trace-file formats,
 required channels), how to build it (``make`` / ``single`` with its ``params`` schema), what a
@@ -15,7 +17,11 @@ the candidate feature set, the cluster-count range).
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -63,6 +69,20 @@ class Anchors:
         return [a for a in (self.floor, self.ceiling) if isinstance(a, str)]
 
 
+@dataclass
+class NoParams:
+    """The ``params`` of an environment without ``env.*`` keys of its own."""
+
+
+def _single_copy(make, params_type, traces, sampler=None, *, mode="train", seed=None,
+                 params=None):
+    """The default ``EnvSpec.single``: one copy of ``make``'s batched env, no autoreset."""
+    from plume.envs.single import SingleCopyEnv
+
+    params = params_type() if params is None else params
+    return SingleCopyEnv(make(traces, 1, sampler, mode=mode, seed=seed, params=params))
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """Everything the harness may know of one environment (see the module docstring).
@@ -72,22 +92,32 @@ class EnvSpec:
         description: one line for listings.
         datasets: built-in dataset name -> one-line description.
         load_builtin: ``(dataset, split) -> TraceSet`` for a built-in dataset.
-        builtin_test_sets: built-in training dataset -> the test sets evaluated by default.
+        builtin_test_sets: built-in training dataset -> the test sets evaluated by default
+            (default: the dataset's own test split).
         trace_formats: ``env.trace_format`` values this environment can replay.
-        params: dataclass schema of the environment's own ``env.*`` keys.
+        params: dataclass schema of the environment's own ``env.*`` keys (default: none).
         required_channels: ``params -> channel names`` every trace must carry.
         make: ``(traces, n_envs, sampler, *, mode, seed, params) -> VectorEnv``
             (same-step autoreset; ``n_envs=None`` in test mode = one copy per trace).
-        single: ``(traces, sampler, *, mode, seed, params) -> gymnasium.Env``.
+        single: ``(traces, sampler, *, mode, seed, params) -> gymnasium.Env`` (default: a
+            :class:`~plume.envs.single.SingleCopyEnv` over ``make`` with one copy).
         episode_fields: the per-episode fields recorded in ``eval.parquet``.
         score: the reported score.
         anchors: ``params -> Anchors`` (the normalisation written into every run).
-        controllers: classic controller name -> ``params -> policy`` with a batched
-            ``act(obs) -> actions``, evaluated exactly like a learned policy.
+        controllers: classic controller name -> ``params -> policy``: a callable batched
+            ``policy(obs) -> actions``, evaluated exactly like a learned policy; or, for a
+            controller that needs simulator state beyond the observation (CC's oracle rate,
+            AIMD's RTT and losses, LB's queue lengths), an object with ``bind(env) ->
+            policy`` that the evaluator calls on each test env before playing; the env
+            offers that state through public read-only methods, never private attributes.
         analysis: defaults for the analysis keys a config leaves null (``channel``,
-            ``feature_set``, ``k_range``, ``resample_s``).
+            ``feature_set``, ``k_range``, ``resample_s``, ``select``, ``selection``).
+        dataset_analysis: built-in dataset -> the analysis defaults that differ for it (CC's
+            link tuples are featurised as raw constants, its bandwidth series as series);
+            see :meth:`analysis_for`.
         algo_preset: the ``conf/algo`` option this environment trains with by default.
-        default_dataset: ``params -> dataset`` used when ``env.dataset`` is null.
+        default_dataset: ``params -> dataset`` used when ``env.dataset`` is null (default: the
+            first built-in dataset).
         channel_help: appended to a missing-channel error (what to do instead).
     """
 
@@ -95,20 +125,28 @@ class EnvSpec:
     description: str
     datasets: Mapping[str, str]
     load_builtin: Callable[[str, str], TraceSet]
-    builtin_test_sets: Callable[[str], list[str]]
-    trace_formats: tuple[str, ...]
-    params: type
-    required_channels: Callable[[Any], tuple[str, ...]]
     make: Callable[..., Any]
-    single: Callable[..., Any]
     episode_fields: tuple[Metric, ...]
     score: Score
     anchors: Callable[[Any], Anchors]
+    builtin_test_sets: Callable[[str], list[str]] = field(default=lambda dataset: [dataset])
+    trace_formats: tuple[str, ...] = ("npz",)
+    params: type = field(default_factory=lambda: NoParams)
+    required_channels: Callable[[Any], tuple[str, ...]] = field(default=lambda params: ())
+    single: Callable[..., Any] | None = None
     controllers: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
     analysis: Mapping[str, Any] = field(default_factory=dict)
+    dataset_analysis: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     algo_preset: str = "ppo"
     default_dataset: Callable[[Any], str] | None = None
     channel_help: str = ""
+
+    def __post_init__(self) -> None:
+        if self.single is None:
+            object.__setattr__(self, "single", partial(_single_copy, self.make, self.params))
+        if self.default_dataset is None:
+            first = next(iter(self.datasets))
+            object.__setattr__(self, "default_dataset", lambda params: first)
 
     def check_channels(self, traces: TraceSet, params: Any, source: str) -> None:
         """Raise ValueError naming ``source`` unless ``traces`` carries every required channel."""
@@ -118,6 +156,11 @@ class EnvSpec:
                 f"{source}: env {self.name!r} needs channel(s) {', '.join(missing)}; the traces "
                 f"have {', '.join(traces.channel_names) or 'none'}"
                 + (f"; {self.channel_help}" if self.channel_help else ""))
+
+    def analysis_for(self, dataset: str) -> dict[str, Any]:
+        """The analysis defaults for ``dataset``: :attr:`analysis` updated by the dataset's
+        entry of :attr:`dataset_analysis` (a path to trace files takes :attr:`analysis`)."""
+        return {**self.analysis, **self.dataset_analysis.get(dataset, {})}
 
     def episode_columns(self, episodes: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The recorded fields of finished episodes plus their ``score`` column."""
@@ -132,11 +175,36 @@ def env_names() -> list[str]:
     return sorted(ENV_PACKAGES)
 
 
-def get_env(name: str) -> EnvSpec:
-    """The EnvSpec registered as ``name``; ValueError lists the valid names."""
-    if name not in ENV_PACKAGES:
-        raise ValueError(f"env={name!r} is not known; valid choices: {', '.join(env_names())}")
-    spec = importlib.import_module(ENV_PACKAGES[name]).SPEC
+def get_env(name: str, package: str | None = None) -> EnvSpec:
+    """The EnvSpec registered as ``name``, or the ``SPEC`` of ``package`` (a dotted module path
+    or a ``.py`` file: an environment defined outside plume, named by its ``env`` config's
+    ``package`` key). ValueError lists the valid names; ImportError names the package."""
+    if package:
+        module = _import_package(str(package))
+        where = str(package)
+    elif name in ENV_PACKAGES:
+        module = importlib.import_module(ENV_PACKAGES[name])
+        where = ENV_PACKAGES[name]
+    else:
+        raise ValueError(f"env={name!r} is not known; valid choices: {', '.join(env_names())} "
+                         "(or set env.package to the module defining its SPEC)")
+    spec = getattr(module, "SPEC", None)
     if not isinstance(spec, EnvSpec) or spec.name != name:
-        raise TypeError(f"{ENV_PACKAGES[name]}.SPEC must be the EnvSpec named {name!r}")
+        raise TypeError(f"{where}.SPEC must be the EnvSpec named {name!r}")
     return spec
+
+
+def _import_package(package: str):
+    """Import ``package``: a ``.py`` file path (loaded once, under its file stem) or a module."""
+    path = Path(package).expanduser()
+    if path.suffix != ".py":
+        return importlib.import_module(package)
+    if not path.is_file():
+        raise ImportError(f"env.package={package!r}: no such file")
+    name = f"plume_user_env_{path.stem}"
+    if name not in sys.modules:
+        loader = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[name] = module  # dataclasses and pickling look modules up by name
+        loader.loader.exec_module(module)
+    return sys.modules[name]

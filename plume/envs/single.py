@@ -50,8 +50,7 @@ class SingleCopyEnv(gym.Env):
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not self.action_space.contains(action):
             raise ValueError(f"action must be in {self.action_space}, got {action!r}")
-        obs, reward, terminated, truncated, infos = self.vec.step(
-            np.array([action], dtype=np.int64))
+        obs, reward, terminated, truncated, infos = self.vec.step(np.asarray(action)[None])
         info: dict[str, Any] = {k: v[0].item() for k, v in self.vec.last_step().items()}
         if "episode" in infos:
             info["episode"] = {k: v[0].item() for k, v in infos["episode"].items()}

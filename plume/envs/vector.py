@@ -7,9 +7,11 @@ A subclass (TraceBench, ABR) owns its dynamics and its episode sums; it provides
 ``_observation()`` (the current (N, obs_dim) observation), ``_restart(ids)`` (new episodes
 for those copies, drawing with :meth:`TraceVecEnv._draw`) and ``_episode_fields(mask)``, and
 keeps ``_trace``, ``_eplen`` and, in train mode, ``_rewbuf`` (per-copy agent rewards of the
-episode so far) up to date. ``_episode_fields`` must include ``return_transformed`` (the sum of
-the rewards ``step`` returned) and ``length``: :meth:`TraceVecEnv._finish` adds Gymnasium's
-episode-statistics keys (:data:`GYMNASIUM_EPISODE_KEYS`) from them.
+episode so far) up to date. ``_episode_fields`` must include ``return`` and
+``return_transformed`` (the sum of the rewards ``step`` returned); :meth:`TraceVecEnv._finish`
+adds ``trace`` and ``length`` (from ``_trace`` and ``_eplen``) unless given, and Gymnasium's
+episode-statistics keys (:data:`GYMNASIUM_EPISODE_KEYS`). ``_set_spaces`` sets the single-copy
+and batched spaces.
 
 Seeding: ``seed`` (an int, a ``numpy.random.SeedSequence`` or None) gives two independent
 child streams, derived without mutating a SeedSequence passed in: one ``np.random.Generator``
@@ -27,7 +29,9 @@ import time
 from typing import Any, ClassVar
 
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
 from plume.traces.traceset import TraceSet
@@ -97,11 +101,19 @@ class TraceVecEnv(VectorEnv):
                                  f"{traces.name!r} has {len(traces)}")
         self._traces = traces
         self.num_envs = int(n_envs)
+        self._trace = np.zeros(self.num_envs, dtype=np.int64)  # a subclass may reallocate these
+        self._eplen = np.zeros(self.num_envs, dtype=np.int64)
         self._user_sampler = sampler
         self.sampler: TraceSampler = sampler  # type: ignore[assignment]  (set by _seed)
         self.autoreset = True  # public: False = a finished copy waits for reset() (SingleCopyEnv)
         self._needs_reset = True
         self._created = time.perf_counter()  # the origin of the episodes' "t"
+
+    def _set_spaces(self, observation: spaces.Space, action: spaces.Space) -> None:
+        """Set the single-copy spaces and their batched versions (call after ``_setup``)."""
+        self.single_observation_space, self.single_action_space = observation, action
+        self.observation_space = batch_space(observation, self.num_envs)
+        self.action_space = batch_space(action, self.num_envs)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -169,6 +181,11 @@ class TraceVecEnv(VectorEnv):
             raise ValueError(f"actions must lie in [0, {n_actions - 1}], got {a}")
         return a
 
+    def last_step(self) -> dict[str, np.ndarray]:
+        """The last step's components per copy, e.g. ``{"stall": (N,)}`` (the single-copy
+        view puts them in ``info``); none unless the environment overrides this."""
+        return {}
+
     def _trace_info(self) -> dict[str, np.ndarray]:
         return {"trace": self._trace.copy(), "_trace": np.ones(self.num_envs, dtype=bool)}
 
@@ -195,7 +212,10 @@ class TraceVecEnv(VectorEnv):
         mask = done.copy()
         infos["final_obs"] = self._observation().copy()
         infos["_final_obs"] = mask.copy()
-        infos["episode"] = self._with_gymnasium_keys(self._episode_fields(mask), mask)
+        episode = self._episode_fields(mask)
+        episode.setdefault("trace", np.where(mask, self._trace, 0))
+        episode.setdefault("length", np.where(mask, self._eplen, 0))
+        infos["episode"] = self._with_gymnasium_keys(episode, mask)
         infos["_episode"] = mask
         if self._train:
             for i in ended:

@@ -39,7 +39,7 @@ def report(cfg: DictConfig, out: Path) -> str:
     if cfg.split not in ("train", "test"):
         raise ConfigError(f"split must be 'train' or 'test', got {cfg.split!r}")
     env, spec, _ = env_section(cfg.env)
-    settings = analysis_settings(cfg.analysis, spec.analysis)
+    settings = analysis_settings(cfg.analysis, spec.analysis_for(env.dataset))
     try:
         traces = load_dataset(spec, env.dataset, cfg.split, env.trace_format)
     except ValueError as err:

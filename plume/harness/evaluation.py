@@ -20,6 +20,10 @@ from plume.sampling import TraceSampler
 from plume.traces import TraceSet
 
 Policy = Callable[[np.ndarray], np.ndarray]
+"""A policy maps a batch of observations to a batch of actions. A classic controller that needs
+the simulator's state beyond the observation (CC's oracle rate reads the link's bandwidth)
+is instead an object with ``bind(env) -> Policy`` (EnvSpec.controllers): the evaluator binds it
+to each test env before playing, and the env offers that state through public methods."""
 MAX_EVAL_STEPS = 1_000_000
 """Batched steps after which an evaluation that has not finished every trace is an error."""
 
@@ -119,6 +123,8 @@ def play_every_trace_once(env, policy: Policy, fields: list[str]) -> dict[str, n
         raise ValueError(f"a test env needs one copy per trace ({n}), has {env.num_envs}")
     results = {key: np.full(n, np.nan) for key in fields}
     finished = np.zeros(n, dtype=bool)
+    if hasattr(policy, "bind"):
+        policy = policy.bind(env)
     obs, _ = env.reset()
     for _ in range(MAX_EVAL_STEPS):
         obs, _, terminated, truncated, info = env.step(policy(obs))

@@ -38,6 +38,9 @@ class EnvSection:
     trace_format: Optional[str] = None
     n_envs: int = 64
     test_sets: Optional[list[str]] = None
+    # An environment registered outside plume: the module exposing its SPEC (a dotted import
+    # path, or a .py file); null for the built-in ones.
+    package: Optional[str] = None
 
 
 ENV_KEYS = tuple(f.name for f in fields(EnvSection))
@@ -150,7 +153,7 @@ def validate(cfg: DictConfig) -> JobConfig:
         raise ConfigError(f"sampler={sampler_name} with these settings scores episodes with the "
                           f"learner's signal, which algo={algo_name} does not give; algorithms "
                           f"that do: {', '.join(givers)}")
-    analysis = analysis_settings(cfg.get("analysis"), spec.analysis)
+    analysis = analysis_settings(cfg.get("analysis"), spec.analysis_for(env.dataset))
 
     logger = _typed("logger", LoggerSection, cfg.get("logger"))
     _choice("logger", logger.name, LOGGERS)
@@ -200,8 +203,8 @@ def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
     values = dict(values)
     try:
-        spec = get_env(str(values.get("name")))
-    except ValueError as err:
+        spec = get_env(str(values.get("name")), values.get("package"))
+    except (ValueError, ImportError) as err:
         raise ConfigError(str(err)) from None
     own = {k: v for k, v in values.items() if k not in ENV_KEYS}
     known = {f.name for f in fields(spec.params)}
