@@ -13,6 +13,7 @@ from plume.harness.analyze import report
 from plume.harness.rundir import RunDirectory
 from plume.harness.monitor import TrainingMonitor
 from plume.harness.samplers import EpisodeSignals
+from plume.harness.schema import ConfigError
 from plume.harness.train import run_job
 from plume.sampling import TraceSampler, UniformSampler
 from plume.traces import load_tracebench
@@ -133,10 +134,10 @@ def test_plume_analyze_reports_clusters_against_ground_truth(compose_cfg_analyze
     assert '"k": 4' in (tmp_path / "out" / "analysis.json").read_text()
 
 
-def test_a_sampler_given_bad_input_fails_clearly_before_training(compose_cfg, tmp_path):
-    cfg = compose_cfg(*_tiny(tmp_path, "sampler=plume_dynamic", "sampler.alpha=1.5"))
-    with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\], got 1.5"):
-        run_job(cfg, tmp_path / "run")
-    run = RunDirectory(tmp_path / "run")
-    assert run.status()["state"] == "failed" and "alpha" in run.status()["error"]
-    assert not (tmp_path / "run" / "train.jsonl").exists()  # no update ran
+def test_a_sampler_given_bad_input_is_refused_at_validation(compose_cfg, tmp_path):
+    for bad, message in [("sampler.alpha=1.5", r"alpha must be in \[0, 1\], got 1.5"),
+                         ("sampler.epsilon=-0.1", r"epsilon must be in \[0, 1\], got -0.1")]:
+        cfg = compose_cfg(*_tiny(tmp_path, "sampler=plume_dynamic", bad))
+        with pytest.raises(ConfigError, match=r"sampler=plume_dynamic: " + message):
+            run_job(cfg, tmp_path / "run")
+        assert not (tmp_path / "run").exists()  # no run directory, no analysis, no data

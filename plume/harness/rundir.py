@@ -5,14 +5,22 @@
 - ``eval.parquet``: one row per (progress point, test set, trace)
 - ``sampler.parquet``: sampling weight per ground-truth kind / cluster over training
 - ``checkpoint.pt``: model, optimiser, sampler and RNG states
-Every file is written atomically (temporary file + rename), so a crash or a reader in another
-process never sees half a file.
+Every file is written atomically (temporary file + rename, the temporary removed when the
+write fails), so a crash or a reader in another process never sees half a file. A torn or
+corrupt checkpoint is detected when loaded (:class:`CorruptCheckpoint`) and never trusted.
+One process at a time works in a run directory (:meth:`RunDirectory.lock`); a job whose
+status says ``running`` but whose process is gone reads as ``interrupted``
+(:func:`effective_state`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,13 +34,55 @@ SAMPLER_TABLE = "sampler.parquet"
 CHECKPOINT = "checkpoint.pt"
 RESOLVED_CONFIG = "config.yaml"
 
-RUNNING, COMPLETED, FAILED = "running", "completed", "failed"
+LOCK = ".lock"
+HYDRA_FILES = (".hydra",)
+
+RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
+HEARTBEAT_STALE_S = 600.0
+"""A ``running`` job whose heartbeat is older than this (seconds) reads as interrupted, also
+when it ran on another host (a SLURM node) where its pid cannot be checked."""
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint file that cannot be loaded (torn by a kill, truncated, overwritten)."""
+
+
+class RunDirectoryLocked(RuntimeError):
+    """Another process holds the run directory's lock (the same job started twice)."""
 
 
 def _atomic_write(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def effective_state(status: dict[str, Any] | None, now: float | None = None) -> str | None:
+    """The state a reader should believe: ``running`` becomes ``interrupted`` when the job's
+    process is gone (same host, pid not alive) or its heartbeat is stale."""
+    if status is None or status.get("state") != RUNNING:
+        return None if status is None else status.get("state")
+    if status.get("host") == socket.gethostname() and status.get("pid") is not None:
+        if not _pid_alive(int(status["pid"])):
+            return INTERRUPTED
+    beat = status.get("heartbeat")
+    if beat is not None and (now or time.time()) - float(beat) > HEARTBEAT_STALE_S:
+        return INTERRUPTED
+    return RUNNING
 
 
 class RunDirectory:
@@ -41,6 +91,7 @@ class RunDirectory:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self._last_beat = time.time()
 
     def status(self) -> dict[str, Any] | None:
         """The parsed ``status.json``, or None when the job never started."""
@@ -61,6 +112,42 @@ class RunDirectory:
         text = json.dumps(status, indent=2, default=str)
         _atomic_write(self.path / STATUS, lambda tmp: tmp.write_text(text + "\n"))
         return status
+
+    def heartbeat(self, every_s: float = 30.0) -> None:
+        """Record that the job is alive (read by :func:`effective_state`), at most once per
+        ``every_s`` seconds."""
+        now = time.time()
+        if now - self._last_beat >= every_s:
+            self._last_beat = now
+            self.write_status(RUNNING, heartbeat=round(now, 3))
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold this directory's lock for the block; RunDirectoryLocked if another process
+        holds it. The operating system drops the lock when the process dies (even SIGKILL)."""
+        handle = open(self.path / LOCK, "a+")
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                status = self.status() or {}
+                raise RunDirectoryLocked(
+                    f"{self.path} is in use by another process (pid {status.get('pid', '?')} on "
+                    f"{status.get('host', '?')}): the same job is already running") from None
+            yield self
+        finally:
+            handle.close()
+
+    def discard_if_unused(self) -> bool:
+        """Remove the directory when nothing but Hydra's own files (``.hydra/``, the job log)
+        is in it and no job ever started there (a config rejected inside a multirun job);
+        returns whether it was removed. A directory with a status is never touched."""
+        if (self.path / STATUS).exists():
+            return False
+        if any(p.name not in HYDRA_FILES and p.suffix != ".log" for p in self.path.iterdir()):
+            return False
+        shutil.rmtree(self.path, ignore_errors=True)
+        return True
 
     def write_json(self, name: str, content: dict[str, Any]) -> Path:
         path = self.path / name
@@ -108,6 +195,16 @@ class RunDirectory:
         return (self.path / CHECKPOINT).is_file()
 
     def load_checkpoint(self) -> dict[str, Any]:
+        """The checkpoint; CorruptCheckpoint (one line naming the file) when it cannot be read."""
         import torch
 
-        return torch.load(self.path / CHECKPOINT, map_location="cpu", weights_only=False)
+        path = self.path / CHECKPOINT
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as err:  # torn zip, truncated pickle, garbage: never trusted
+            raise CorruptCheckpoint(f"{path}: unreadable checkpoint ({type(err).__name__}: "
+                                    f"{str(err).splitlines()[0] if str(err) else 'no detail'})"
+                                    ) from None
+        if not isinstance(state, dict) or "env_steps" not in state:
+            raise CorruptCheckpoint(f"{path}: not a Plume checkpoint")
+        return state

@@ -1,6 +1,7 @@
 """Experiment trackers. W&B is a viewer, never the source of truth, and it never blocks:
-offline unless the user asks for online, and a missing API key fails at once with a message
-instead of prompting."""
+offline unless the user asks for online, a missing API key fails at once with a message
+instead of prompting, and outside online mode nothing reaches the network (W&B's own
+analytics are switched off; tests/test_no_network.py proves it)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ class WandbTracker:
             )
         import wandb
 
+        if mode != "online":
+            _no_wandb_analytics()
         self._wandb = wandb
         self.run = wandb.init(
             project=project,
@@ -77,3 +80,16 @@ class WandbTracker:
 def _has_netrc_key() -> bool:
     netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
     return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+
+
+def _no_wandb_analytics() -> None:
+    """Stop W&B's own usage analytics, which otherwise probe its server from a background
+    thread even in offline mode (wandb 0.31: an HTTPS POST to api.forge.coreweave.com, seen
+    as a DNS lookup). Process-wide; only W&B's telemetry about itself is affected."""
+    try:
+        from wandb.analytics.opentelemetry import opentelemetry_proxy
+    except ImportError:  # a wandb without that module has nothing to stop
+        return
+    disable = getattr(opentelemetry_proxy, "disable", None)
+    if disable is not None:
+        disable()

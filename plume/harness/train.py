@@ -39,7 +39,10 @@ from plume.harness.rundir import (
     RESOLVED_CONFIG,
     RUNNING,
     SAMPLER_TABLE,
+    CorruptCheckpoint,
     RunDirectory,
+    RunDirectoryLocked,
+    effective_state,
 )
 from plume.harness.samplers import EpisodeSignals, build_sampler, run_analysis
 from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults, validate
@@ -74,72 +77,75 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     }
     try:
         return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices)
-    except ConfigError as err:  # the user's mistake: one line, no traceback
+    except (ConfigError, RunDirectoryLocked) as err:  # one line, no traceback
         print(f"plume-train: error: {err}", file=sys.stderr)
         sys.exit(2)
 
 
 def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None):
-    """Validate, train, evaluate and record one job in ``run_dir``; returns its summary."""
+    """Validate, train, evaluate and record one job in ``run_dir``; returns its summary.
+
+    A rejected config leaves no trace: the directory Hydra just made is removed and an
+    existing one (a completed job typed again with a bad value) is not touched. One process
+    at a time works in a run directory (RunDirectoryLocked otherwise)."""
     rundir = RunDirectory(run_dir)
     try:
         job = validate(cfg)
-    except ConfigError as err:
-        rundir.write_status(FAILED, error=f"invalid config: {err}")
+    except ConfigError:
+        rundir.discard_if_unused()
         raise
-    if rundir.is_completed and not job.overwrite:
-        log.info("skipping %s: already completed (overwrite=true to train it again)", run_dir)
-        return rundir.status().get("summary")
+    with rundir.lock():
+        if rundir.is_completed and not job.overwrite:
+            log.info("skipping %s: already completed (overwrite=true to train it again)",
+                     run_dir)
+            return rundir.status().get("summary")
+        return _run_locked(cfg, job, rundir, choices or {})
+
+
+def _run_locked(cfg: DictConfig, job: JobConfig, rundir: RunDirectory,
+                choices: dict[str, str]) -> dict[str, Any]:
     resolve_env_defaults(cfg, job.env)
     fingerprint = _fingerprint(cfg)
+    previous = rundir.status()
     resume = None if job.overwrite else _resumable(rundir, fingerprint)
-    (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (rundir.path / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    resumes = list((previous or {}).get("resumes", [])) if resume is not None else []
     if resume is None:
         rundir.reset_train_log()
     else:
-        log.info("resuming %s from its checkpoint at %s env steps", run_dir,
+        log.info("resuming %s from its checkpoint at %s env steps", rundir.path,
                  f"{resume['env_steps']:,}")
+        resumes.append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "from_env_steps": int(resume["env_steps"]),
+                        "previous_state": effective_state(previous)})
     started = time.time()
     rundir.write_status(
-        RUNNING,
-        started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        error=None,
-        traceback=None,
-        host=socket.gethostname(),
-        pid=os.getpid(),
-        versions=_versions(),
-        exp_name=job.exp_name,
-        seed=job.seed,
-        choices=choices or {},
-        command=" ".join(sys.argv),
+        RUNNING, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, traceback=None,
+        host=socket.gethostname(), pid=os.getpid(), heartbeat=round(started, 3),
+        versions=_versions(), exp_name=job.exp_name, seed=job.seed, choices=choices,
+        command=" ".join(sys.argv), resumes=resumes,
     )
     tracker: NullTracker | WandbTracker = NullTracker()
     exit_code = 1
     try:
-        tracker = _make_tracker(job, cfg, run_dir, choices or {})
+        tracker = _make_tracker(job, cfg, rundir.path, choices)
         summary = _train(job, rundir, tracker, fingerprint, resume)
         exit_code = 0
     except BaseException as err:
-        rundir.write_status(
-            FAILED,
-            error=f"{type(err).__name__}: {err}",
-            traceback=traceback.format_exc(),
-            elapsed_s=round(time.time() - started, 3),
-        )
+        rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
+                            traceback=traceback.format_exc(),
+                            elapsed_s=round(time.time() - started, 3))
         raise
     finally:
         tracker.finish(exit_code)
-    rundir.write_status(
-        COMPLETED,
-        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        elapsed_s=round(time.time() - started, 3),
-        wandb_run=tracker.location,
-        summary=summary,
-    )
-    log.info("results: %s (status.json, train.jsonl, eval.parquet, sampler.parquet, checkpoint.pt)",
-             run_dir)
+    rundir.write_status(COMPLETED, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        elapsed_s=round(time.time() - started, 3), wandb_run=tracker.location,
+                        summary=summary)
+    log.info("results: %s (status.json, train.jsonl, eval.parquet, sampler.parquet, "
+             "checkpoint.pt)", rundir.path)
     if tracker.location:
-        log.info("W&B offline run: %s  (upload: wandb sync %s)", tracker.location, tracker.location)
+        log.info("W&B offline run: %s  (upload: wandb sync %s)", tracker.location,
+                 tracker.location)
     return summary
 
 
@@ -273,6 +279,7 @@ class _Training:
             "fingerprint": self.fingerprint,
         })
         self._progress_line(progress, env_steps, prefix="eval")
+        self.rundir.heartbeat()
 
     def after_step(self, env_steps: int) -> None:
         """After every training step: note sampler recomputes, print progress when due."""
@@ -282,6 +289,7 @@ class _Training:
             self.recomputed_at.append((env_steps, recomputes))
         if time.time() - self.clock["last_line"] >= self.job.train.progress_every_s:
             self._progress_line(env_steps / self.job.train.total_steps, env_steps, "train")
+            self.rundir.heartbeat()
 
     def log_records(self, records: list[dict[str, Any]]) -> None:
         """The updates of one ``learn`` call: train.jsonl and the tracker, each update with the
@@ -402,7 +410,11 @@ def _resumable(rundir: RunDirectory, fingerprint: str) -> dict[str, Any] | None:
     status = rundir.status()
     if status is None or status.get("state") == COMPLETED or not rundir.has_checkpoint:
         return None
-    checkpoint = rundir.load_checkpoint()
+    try:
+        checkpoint = rundir.load_checkpoint()
+    except CorruptCheckpoint as err:
+        log.warning("not resuming: %s; training from the start", err)
+        return None
     if checkpoint.get("fingerprint") != fingerprint:
         log.info("not resuming %s: its checkpoint belongs to another configuration", rundir.path)
         return None

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from plume.harness.rundir import effective_state
+
 STATUS = "status.json"
 CONFIG = "config.yaml"
 EVAL = "eval.parquet"
@@ -137,7 +139,7 @@ def _describe(run_dir: Path) -> dict[str, Any]:
     seed = _first(config.get("seed"), status.get("seed"), _seed_from_name(run_dir.name))
     env = config.get("env") or {}
     test_sets = env.get("test_sets")
-    state = status.get("state") or ("unreadable" if status_error else "unknown")
+    state = effective_state(status) or ("unreadable" if status_error else "unknown")
     error = status.get("error") or status_error
     if state == COMPLETED and not (run_dir / EVAL).is_file():
         state, error = "broken", f"status says completed but {EVAL} is missing"
