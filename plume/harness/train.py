@@ -49,7 +49,8 @@ from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults, v
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# conf/ at the repository root; plume/conf links to it so that a wheel ships it as package data.
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 log = logging.getLogger("plume")
 
 
