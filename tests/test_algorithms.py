@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from plume.agents import A2C, ALGORITHMS, PPO, A2CConfig, Algorithm, PPOConfig
+from plume.harness.rundir import RunDirectory
 from plume.harness.schema import ConfigError, validate
 from plume.harness.train import run_job
 from tests.conftest import TINY, conf_options
@@ -264,3 +265,17 @@ def test_a_compiled_update_computes_what_the_eager_one_does():
         losses.append(agent.update(agent.collect_rollout(), 1e-3, 0.01))
     for key in ("losses/policy_loss", "losses/value_loss", "losses/entropy"):
         assert losses[1][key] == pytest.approx(losses[0][key], rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn"])
+def test_a_diverging_learner_stops_at_once_naming_the_update(algo, compose_cfg, tmp_path):
+    from plume.agents.base import NonFiniteTraining
+
+    extra = (["algo.learning_starts=64", "algo.log_every=1", "algo.train_freq=1"]
+             if algo == "dqn" else ["algo.n_steps=64"])
+    cfg = compose_cfg(*[o for o in TINY if not o.startswith("algo.n_steps")], "logger=none",
+                      f"algo={algo}", "algo.learning_rate=1e30", "algo.max_grad_norm=1e30",
+                      *extra)
+    with pytest.raises(NonFiniteTraining, match=r"^update \d+: "):
+        run_job(cfg, tmp_path)
+    assert "NonFiniteTraining: update" in RunDirectory(tmp_path).status()["error"]

@@ -86,6 +86,26 @@ def update_record(env_steps: int, updates: int, **metrics: Any) -> dict[str, Any
             **metrics}
 
 
+class NonFiniteTraining(FloatingPointError):
+    """A loss or a network parameter became NaN or infinite: training stops at once (a diverged
+    network would otherwise fail later with an unrelated error, or act on NaNs silently)."""
+
+
+def check_finite(updates: int, metrics: dict[str, Any], network: torch.nn.Module) -> None:
+    """Raise NonFiniteTraining naming the update and the first non-finite ``losses/*`` metric,
+    or saying that ``network``'s parameters left the finite range after the update."""
+    for key, value in metrics.items():
+        if key.startswith("losses/") and not math.isfinite(value):
+            raise NonFiniteTraining(f"update {updates}: {key} = {value}; training diverged "
+                                    "(a smaller algo.learning_rate usually helps)")
+    if not all(bool(torch.isfinite(p).all()) for p in network.parameters()):
+        raise NonFiniteTraining(f"update {updates}: the network's parameters are no longer "
+                                "finite after the optimiser step (losses were "
+                                + ", ".join(f"{k} = {v:.4g}" for k, v in metrics.items()
+                                            if k.startswith("losses/"))
+                                + "); a smaller algo.learning_rate usually helps")
+
+
 def check_budget(name: str, value: Any) -> int:
     """``value`` as a positive int, or ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:

@@ -109,6 +109,7 @@ from plume.agents.base import (
     Algorithm,
     check_bool,
     check_budget,
+    check_finite,
     check_int,
     check_network,
     check_real,
@@ -510,6 +511,7 @@ class DQN(Algorithm):
         if cfg.per:
             metrics["charts/per_beta"] = cfg.per_beta_at(self.env_steps / self.total_env_steps)
         self._stats = _RecordStats(self.env_steps)
+        check_finite(self.updates, metrics, self.q_network)
         return update_record(self.env_steps, self.updates, **metrics)
 
     # -----------------------------------------------------------------------------------------

@@ -80,6 +80,8 @@ from plume.agents.base import (
     Algorithm,
     check_bool,
     check_budget,
+    NonFiniteTraining,
+    check_finite,
     check_int,
     check_network,
     check_real,
@@ -424,11 +426,12 @@ class ActorCriticAlgorithm(Algorithm):
             learning_rate = self.config.learning_rate_at(progress)
             ent_coef = self.config.ent_coef_at(progress)
             t0 = time.perf_counter()
-            rollout = self.collect_rollout()
+            rollout = self._collect_checked()
             t1 = time.perf_counter()
             losses = self.update(rollout, learning_rate, ent_coef)
             t2 = time.perf_counter()
             self.updates += 1
+            check_finite(self.updates, losses, self.policy)
             records.append(update_record(
                 self.env_steps, self.updates, **rollout.episode_metrics,
                 **{"charts/learning_rate": learning_rate, "charts/ent_coef": ent_coef},
@@ -437,6 +440,23 @@ class ActorCriticAlgorithm(Algorithm):
                    "perf/steps_per_s": self.batch_size / max(t2 - t0, 1e-12)},
             ))
         return records
+
+    def _collect_checked(self) -> Rollout:
+        """:meth:`collect_rollout`; a network whose outputs overflowed after the last update
+        (finite but huge weights: sampling then fails inside torch) is reported as such."""
+        try:
+            return self.collect_rollout()
+        except RuntimeError as err:
+            obs = torch.as_tensor(np.asarray(self.rollouts.current_obs), dtype=torch.float32,
+                                  device=self.device)
+            with torch.no_grad():
+                outputs = self.policy.actor(obs), self.policy.value(obs)
+            if all(bool(torch.isfinite(o).all()) for o in outputs):
+                raise
+            raise NonFiniteTraining(
+                f"update {self.updates}: the network's outputs are no longer finite (acting "
+                f"failed: {str(err).splitlines()[0]}); a smaller algo.learning_rate usually "
+                "helps") from err
 
     def learner_signal(self) -> np.ndarray:
         """The GAE advantages of the rollouts collected since the previous call."""

@@ -28,6 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
+from plume.agents.base import NonFiniteTraining
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_checked, load_test_sets, make_env
 from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
@@ -78,7 +79,7 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     }
     try:
         return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices)
-    except (ConfigError, RunDirectoryLocked) as err:  # one line, no traceback
+    except (ConfigError, RunDirectoryLocked, NonFiniteTraining) as err:  # one line
         print(f"plume-train: error: {err}", file=sys.stderr)
         sys.exit(2)
 
