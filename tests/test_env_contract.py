@@ -27,7 +27,7 @@ def test_every_registered_env_has_a_consistent_spec():
         anchors = spec.anchors(spec.params())
         for controller in anchors.controller_names():
             assert controller in spec.controllers, (name, controller)
-    with pytest.raises(ValueError, match="valid choices: abr, tracebench"):
+    with pytest.raises(ValueError, match="valid choices: abr, cc, lb, tracebench"):
         get_env("nosuchenv")
 
 

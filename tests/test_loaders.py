@@ -498,14 +498,14 @@ def test_a_bad_file_in_a_directory_fails_the_load(tmp_path):
 
 def test_arguments_and_missing_paths(tmp_path):
     with pytest.raises(ValueError, match="unknown trace format"):
-        load_traces(tmp_path, "csv", "train")
+        load_traces(tmp_path, "xyz", "train")
     with pytest.raises(ValueError, match="unknown split"):
         load_traces(tmp_path, "cooked", "val")
     with pytest.raises(TraceFileError, match="no such file"):
         load_traces(tmp_path / "nope", "cooked", "all")
     with pytest.raises(TraceFileError, match="no trace files"):
         load_traces(tmp_path, "cooked", "all")
-    assert TRACE_FORMATS == ("cooked", "mahimahi", "puffer", "npz")
+    assert TRACE_FORMATS == ("cooked", "mahimahi", "puffer", "npz", "csv")
 
 
 # ---------------------------------------------------------------------------------------

@@ -128,6 +128,27 @@ FEATURE_SETS: dict[str, list[FeatureSpec]] = {
         ("truncated_mean", {"q": 0.125}),
         ("truncated_mean", {"q": 0.25}),
     ],
+    # LB (job-size series): the paper's 8 critical LB features first (App. A.1), then the rest
+    # of the TraceBench candidates, so that the selection has something to choose from.
+    "lb": [
+        ("autocorrelation", {"lag": 3}),
+        ("change_quantiles", {"ql": 0.05, "qh": 0.95, "isabs": True, "f_agg": "mean"}),
+        ("fft_aggregated", {"aggtype": "centroid"}),
+        ("mean", {}),
+        ("mean_second_derivative_central", {}),
+        ("truncated_mean", {"q": 0.05}),
+        ("truncated_mean", {"q": 0.125}),
+        ("variation_coefficient", {}),
+        ("quantile", {"q": 0.025}),
+        ("quantile", {"q": 0.05}),
+        ("quantile", {"q": 0.95}),
+        ("quantile", {"q": 0.975}),
+        ("ratio_beyond_r_sigma", {"r": 1}),
+        ("ratio_beyond_r_sigma", {"r": 2.5}),
+        ("autocorrelation", {"lag": 4}),
+        ("autocorrelation", {"lag": 8}),
+        ("truncated_mean", {"q": 0.25}),
+    ],
 }
 """Candidate feature lists of the reference (digest §2.1), by name.
 

@@ -31,6 +31,8 @@ from plume.traces.traceset import TraceSet
 ENV_PACKAGES: dict[str, str] = {
     "tracebench": "plume.envs.tracebench",
     "abr": "plume.envs.abr",
+    "cc": "plume.envs.cc",
+    "lb": "plume.envs.lb",
 }
 """Environment name -> the package whose ``SPEC`` attribute is its EnvSpec."""
 

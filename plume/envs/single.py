@@ -47,7 +47,10 @@ class SingleCopyEnv(gym.Env):
         self._np_random_seed = self.vec.np_random_seed
         return obs[0], {"trace": int(info["trace"][0])}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if isinstance(self.action_space, gym.spaces.Box):  # any real array of the right size
+            action = np.asarray(action, dtype=self.action_space.dtype).reshape(
+                self.action_space.shape)
         if not self.action_space.contains(action):
             raise ValueError(f"action must be in {self.action_space}, got {action!r}")
         obs, reward, terminated, truncated, infos = self.vec.step(np.asarray(action)[None])

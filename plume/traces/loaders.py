@@ -1,4 +1,6 @@
-"""Trace-file loaders: cooked, Mahimahi, Puffer and npz files into ABR TraceSets.
+"""Trace-file loaders: cooked, Mahimahi, Puffer and npz files into ABR TraceSets; ``csv``
+job sequences (``arrival_time,size``, one file per trace) into LB TraceSets through
+``plume.traces.lb``, with the same directory, naming and split rules as cooked files.
 
 Every loader returns the TraceSet conventions (see ``traceset.py``): ``time`` in s starting at
 0 and strictly increasing, ``bandwidth`` in **Mbit/s** in the forward convention
@@ -63,7 +65,7 @@ import pandas as pd
 
 from plume.traces.traceset import TraceSet, TraceSetFileError
 
-TRACE_FORMATS = ("cooked", "mahimahi", "puffer", "npz")
+TRACE_FORMATS = ("cooked", "mahimahi", "puffer", "npz", "csv")
 SPLIT_CHOICES = ("train", "test", "all")
 TEST_PERCENT = 20
 MIN_CHUNKS = 86
@@ -856,12 +858,13 @@ def load_traces(path: str | Path, trace_format: str, split: str, *, name: str | 
                 **options) -> TraceSet:
     """Load the ``split`` ("train", "test" or "all") of a trace dataset as one TraceSet.
 
-    ``path`` is a directory or a single file. For cooked and Mahimahi a directory is every
+    ``path`` is a directory or a single file. For cooked, Mahimahi and csv a directory is every
     regular file below it (sorted, skipping hidden files and ``README*``), one trace per
     file, trace id = path relative to ``path`` without suffix; a single file is a dataset of
     one trace. Puffer reads the day folders below ``path``; npz reads one TraceSet file, or
     every ``*.npz`` below a directory. Splits follow the module docstring. ``options`` go to
-    the reader (``bin_s`` for Mahimahi; ``min_chunks``, ``schemes`` for Puffer).
+    the reader (``bin_s`` for Mahimahi; ``min_chunks``, ``schemes`` for Puffer; ``max_jobs`` for
+    csv).
 
     Raises:
         TraceFileError: a missing or malformed file, or an empty split.
@@ -922,6 +925,14 @@ def _split_folders(path: Path, trace_format: str) -> tuple[str, Path, Path] | No
 def _load_part(part: Path, trace_format: str, root: Path, split: str, name: str,
                options) -> TraceSet:
     """Every trace of ``part`` (a file or folder) that the hash rule puts in ``split``."""
+    if trace_format == "csv":  # LB job sequences (plume.traces.lb), one file per trace
+        from plume.traces.lb import load_lb_csv
+
+        files = _trace_files(part, root)
+        ids = _select(list(files), split, part)
+        meta = {"format": "csv", "source": str(root),
+                "files": {i: _relative(files[i], root) for i in ids}}
+        return load_lb_csv({i: files[i] for i in ids}, name, meta, **options)
     if trace_format in ("cooked", "mahimahi"):
         files = _trace_files(part, root)
         ids = _select(list(files), split, part)
@@ -943,7 +954,7 @@ def _load_part(part: Path, trace_format: str, root: Path, split: str, name: str,
 
 
 def _part_ids(part: Path, trace_format: str, root: Path, options) -> list[str]:
-    if trace_format in ("cooked", "mahimahi"):
+    if trace_format in ("cooked", "mahimahi", "csv"):
         return list(_trace_files(part, root))
     traces = (load_puffer(part, **options) if trace_format == "puffer"
               else _load_npz(part, root))
