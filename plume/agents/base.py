@@ -73,6 +73,18 @@ class Algorithm(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; the next ``learn`` resets the environment."""
 
+    @abstractmethod
+    def episode_state(self) -> dict[str, Any]:
+        """What the agent holds of the episodes in flight (the last observation, pending
+        n-step transitions, unread learner signal, unfinished episode statistics). Saved
+        with the environment's own state, it lets training continue those episodes exactly;
+        :meth:`state_dict` alone starts new ones."""
+
+    @abstractmethod
+    def load_episode_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`episode_state` (after :meth:`load_state_dict`, with the environment
+        restored to the same moment)."""
+
     def learner_signal(self) -> np.ndarray:
         """``(T, num_envs)`` signed scores of the vector steps since the previous call."""
         raise NotImplementedError(f"{type(self).__name__} gives no learner signal")

@@ -555,9 +555,27 @@ class DQN(Algorithm):
             "config": asdict(self.config),
         }
 
+    def episode_state(self) -> dict[str, Any]:
+        """The episodes in flight: last observation, next-step-reset mask, episode statistics,
+        unread TD-error signal, the record being aggregated (n-step windows are in
+        :meth:`state_dict`)."""
+        return {"obs": None if self._obs is None else np.array(self._obs),
+                "reset_step_next": self._reset_step_next.copy(),
+                "episodes": copy.deepcopy(self.episodes),
+                "signal": [s.copy() for s in self._signal],
+                "record_stats": copy.deepcopy(self._stats)}
+
+    def load_episode_state(self, state: dict[str, Any]) -> None:
+        self._obs = None if state["obs"] is None else np.array(state["obs"])
+        self._reset_step_next = state["reset_step_next"].copy()
+        self.episodes = copy.deepcopy(state["episodes"])
+        self._signal = [s.copy() for s in state["signal"]]
+        self._stats = copy.deepcopy(state["record_stats"])
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; the next ``learn`` resets the env (dropping the pending
-        n-step windows restored here) and continues."""
+        n-step windows restored here) and continues, unless :meth:`load_episode_state`
+        restores the episodes in flight too."""
         self.q_network.load_state_dict(state["q_network"])
         self.target_network.load_state_dict(state["target_network"])
         # Deep copy: Optimizer.load_state_dict keeps references to same-device tensors.

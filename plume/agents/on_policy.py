@@ -78,9 +78,9 @@ from gymnasium.vector import AutoresetMode
 
 from plume.agents.base import (
     Algorithm,
+    NonFiniteTraining,
     check_bool,
     check_budget,
-    NonFiniteTraining,
     check_finite,
     check_int,
     check_network,
@@ -273,6 +273,17 @@ class RolloutBuffer:
         self._reset_step_next = np.zeros(N, dtype=bool)  # NEXT_STEP: next step() is a reset
         self.episodes = EpisodeStats(N)
 
+    def episode_state(self) -> dict[str, Any]:
+        """The episodes in flight as this buffer sees them (see Algorithm.episode_state)."""
+        return {"obs": None if self.current_obs is None else np.array(self.current_obs),
+                "reset_step_next": self._reset_step_next.copy(),
+                "episodes": copy.deepcopy(self.episodes)}
+
+    def load_episode_state(self, state: dict[str, Any]) -> None:
+        self.current_obs = None if state["obs"] is None else np.array(state["obs"])
+        self._reset_step_next = state["reset_step_next"].copy()
+        self.episodes = copy.deepcopy(state["episodes"])
+
     def start(self) -> None:
         """Reset the env if no episode is running (first rollout, or after a restore)."""
         if self.current_obs is None:
@@ -457,6 +468,13 @@ class ActorCriticAlgorithm(Algorithm):
                 f"update {self.updates}: the network's outputs are no longer finite (acting "
                 f"failed: {str(err).splitlines()[0]}); a smaller algo.learning_rate usually "
                 "helps") from err
+
+    def episode_state(self) -> dict[str, Any]:
+        return {**self.rollouts.episode_state(), "signal": [s.copy() for s in self._signal]}
+
+    def load_episode_state(self, state: dict[str, Any]) -> None:
+        self.rollouts.load_episode_state(state)
+        self._signal = [s.copy() for s in state["signal"]]
 
     def learner_signal(self) -> np.ndarray:
         """The GAE advantages of the rollouts collected since the previous call."""

@@ -61,6 +61,12 @@ def derived_from(traces: TraceSet, key: Hashable, build: Callable[[], T]) -> T:
     return per_traces[key]
 
 
+def derived_tables(traces: TraceSet) -> dict[Hashable, Any]:
+    """Every object :func:`derived_from` built for ``traces`` so far, by key (a copy of the
+    mapping): what a checkpoint of an environment refers to instead of copying."""
+    return dict(_DERIVED.get(traces, {}))
+
+
 def read_only(*arrays: np.ndarray) -> None:
     """Mark shared arrays read-only, so that a consumer writing into one fails loudly."""
     for array in arrays:

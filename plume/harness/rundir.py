@@ -138,6 +138,13 @@ class RunDirectory:
         finally:
             handle.close()
 
+    def remove_stale_temporaries(self) -> list[str]:
+        """Delete temporaries a killed writer left behind (call under :meth:`lock`)."""
+        stale = sorted(self.path.glob(".*.tmp"))
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return [p.name for p in stale]
+
     def discard_if_unused(self) -> bool:
         """Remove the directory when nothing but Hydra's own files (``.hydra/``, the job log)
         is in it and no job ever started there (a config rejected inside a multirun job);

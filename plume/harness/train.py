@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
 from plume.agents.base import NonFiniteTraining
+from plume.harness import snapshot
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_checked, load_test_sets, make_env
 from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
@@ -108,6 +109,10 @@ def _run_locked(cfg: DictConfig, job: JobConfig, rundir: RunDirectory,
                 choices: dict[str, str]) -> dict[str, Any]:
     resolve_env_defaults(cfg, job.env)
     fingerprint = _fingerprint(cfg)
+    stale = rundir.remove_stale_temporaries()
+    if stale:
+        log.info("removed %d temporary file(s) a killed process left: %s", len(stale),
+                 ", ".join(stale))
     previous = rundir.status()
     resume = None if job.overwrite else _resumable(rundir, fingerprint)
     (rundir.path / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -169,8 +174,6 @@ class _Training:
     def __init__(self, job: JobConfig, rundir: RunDirectory, tracker, fingerprint: str) -> None:
         import torch
 
-        from plume.agents import ALGORITHMS
-
         self.job, self.rundir, self.tracker, self.fingerprint = job, rundir, tracker, fingerprint
         spec, params = job.env_spec, job.env_params
         streams = spawn_streams(job.seed)
@@ -191,19 +194,16 @@ class _Training:
             job.sampler_name, job.sampler_params, self.train_traces,
             np.random.default_rng(streams["sampler"]), analysis,
         )
-        signals = (EpisodeSignals(self.sampler, job.env.n_envs)
-                   if type(self.sampler).needs_learner_signal(**job.sampler_params) else None)
+        self.signals = (EpisodeSignals(self.sampler, job.env.n_envs)
+                        if type(self.sampler).needs_learner_signal(**job.sampler_params)
+                        else None)
         self.env = make_env(
             spec, self.train_traces, job.env.n_envs,
-            self.sampler if signals is None else signals.deferred,
+            self.sampler if self.signals is None else self.signals.deferred,
             mode="train", seed=streams["env"], params=params,
         )
-        self.monitor = TrainingMonitor(self.env, signals=signals, observer=self.after_step)
-        self.agent = ALGORITHMS[job.algo_name](self.monitor, job.algo,
-                                               seed=torch_seed(streams["torch"]),
-                                               total_env_steps=job.train.total_steps)
-        self.agent.track_learner_signal = signals is not None
-        self.monitor.connect(self.agent.learner_signal)
+        self.torch_seed = torch_seed(streams["torch"])
+        self._build_learner()
         rundir.write_json(SCORE_FILE, score_description(spec, params, self.evaluator,
                                                         Path(job.paths.cache)))
         self.points = [k / job.train.eval_points for k in range(1, job.train.eval_points + 1)]
@@ -222,12 +222,34 @@ class _Training:
             job.sampler_name, f"{job.train.total_steps:,}", job.seed, rundir.path,
         )
 
+    def _build_learner(self) -> None:
+        """The monitor around the training env and the algorithm stepping it."""
+        from plume.agents import ALGORITHMS
+
+        job = self.job
+        self.monitor = TrainingMonitor(self.env, signals=self.signals, observer=self.after_step)
+        self.agent = ALGORITHMS[job.algo_name](self.monitor, job.algo, seed=self.torch_seed,
+                                               total_env_steps=job.train.total_steps)
+        self.agent.track_learner_signal = self.signals is not None
+        self.monitor.connect(self.agent.learner_signal)
+
+    def in_flight(self) -> bytes:
+        """The running episodes, for an exact resume: the environment mid-episode (its
+        arrays and RNG), the sampler, the learner-signal bookkeeping and the agent's view."""
+        return snapshot.dumps({"env": self.env, "sampler": self.sampler,
+                               "signals": self.signals, "episodes": self.agent.episode_state(),
+                               "last_return": self.monitor.last_return}, self.train_traces)
+
     def resume(self, checkpoint: dict[str, Any]) -> None:
-        """Continue from a checkpoint: agent, sampler and simulator-noise streams, and the
-        evaluations and training curve recorded up to it."""
+        """Continue exactly where the checkpoint was taken: the environment with its episodes
+        in flight, the sampler, the agent, and the evaluations and training curve up to it."""
+        restored = snapshot.loads(checkpoint["in_flight"], self.train_traces)
+        self.env, self.sampler, self.signals = (restored["env"], restored["sampler"],
+                                                restored["signals"])
+        self._build_learner()
         self.agent.load_state_dict(checkpoint["agent"])
-        self.sampler.load_state_dict(checkpoint["sampler"])
-        self.env.np_random.bit_generator.state = checkpoint["env_rng"]
+        self.agent.load_episode_state(restored["episodes"])
+        self.monitor.last_return = restored["last_return"]
         done = checkpoint["progress"]
         self.points = [p for p in self.points if p > done]
         self.eval_frames = _rows_up_to(self.rundir, EVAL_TABLE, done)
@@ -273,11 +295,10 @@ class _Training:
         self.tracker.log({"progress": progress, **scores}, step=env_steps)
         self.rundir.save_checkpoint({
             "agent": self.agent.state_dict(),
-            "sampler": self.sampler.state_dict(),
+            "in_flight": self.in_flight(),
             "env_steps": env_steps,
             "progress": progress,
             "seed": self.job.seed,
-            "env_rng": self.env.np_random.bit_generator.state,
             "fingerprint": self.fingerprint,
         })
         self._progress_line(progress, env_steps, prefix="eval")
