@@ -223,3 +223,17 @@ def test_a_long_override_list_still_makes_a_valid_folder_name():
     assert len(name.encode()) <= 200 and name.startswith("sampler.param_0=value_0")
     assert name != _override_dirname(overrides.replace("value_39", "value_x"))
     assert _override_dirname("") == "defaults" and _override_dirname("a=b/c") == "a=b_c"
+
+
+def test_evaluations_fall_on_distinct_env_steps_and_the_eta_is_never_negative(compose_cfg,
+                                                                            tmp_path):
+    from plume.harness.train import format_clock
+
+    # updates of 8 x 64 = 512 steps, evaluation points every 256: every other one is passed
+    run_job(compose_cfg(*TINY, "logger=none", "train.eval_points=8"), tmp_path)
+    evals = RunDirectory(tmp_path).read_table("eval.parquet")
+    steps = evals.groupby("progress")["env_steps"].first()
+    assert list(steps) == [0, 512, 1024, 1536, 2048] and steps.is_unique
+    # each evaluation keeps the label of the point it was due at; the last one is 1.0
+    assert list(steps.index) == [0.0, 0.125, 0.375, 0.625, 1.0]
+    assert format_clock(-8.0) == "0:00:00" and format_clock(3725.0) == "1:02:05"

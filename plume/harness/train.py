@@ -212,7 +212,7 @@ class _Training:
         self.eval_frames: list[pd.DataFrame] = []
         self.sampler_frames: list[pd.DataFrame] = []
         self.draws_before = self.sampler.draws.copy()
-        self.clock = {"start": time.time(), "last_line": time.time()}
+        self.clock = {"start": time.time(), "last_line": time.time(), "start_steps": 0}
         self.latest: dict[str, float] = {}
         self.logged_recomputes = len(_recomputes(self.sampler))
         self.recomputed_at: list[tuple[int, int]] = []  # (env step, recomputes so far)
@@ -258,20 +258,31 @@ class _Training:
         self.draws_before = self.sampler.draws.copy()
         self.logged_recomputes = len(_recomputes(self.sampler))
         self.monitor.env_steps = int(checkpoint["env_steps"])
+        self.clock["start_steps"] = int(checkpoint["env_steps"])  # this process's rate
 
     def run(self) -> dict[str, Any]:
         """Train to each evaluation point in turn, evaluate there, and summarise."""
         total = self.job.train.total_steps
         for progress in self.points:
+            target = math.ceil(progress * total)
+            if 0 < progress < 1 and target <= self.agent.env_steps:
+                log.info("no evaluation at progress %g: the learner's last update already "
+                         "passed env step %s (%s); evaluations stay on distinct env steps",
+                         progress, f"{target:,}", f"{int(self.agent.env_steps):,}")
+                continue
             if progress > 0:
-                self.log_records(self.agent.learn(math.ceil(progress * total)))
+                self.log_records(self.agent.learn(target))
+            if self.agent.env_steps >= total:  # the budget is spent: this is the final one
+                self.evaluate(1.0, int(self.agent.env_steps))
+                break
             self.evaluate(progress, int(self.agent.env_steps))
         env_steps = int(self.agent.env_steps)
         elapsed = time.time() - self.clock["start"]
         summary = {
             "env_steps": env_steps,
             "train_seconds": round(elapsed, 2),
-            "steps_per_s": round(env_steps / max(elapsed, 1e-9), 1),
+            "steps_per_s": round((env_steps - self.clock["start_steps"]) / max(elapsed, 1e-9),
+                                 1),
             **{k: round(v, 6) for k, v in eval_scores(self.eval_frames[-1]).items()},
         }
         self.tracker.summarise(summary)
@@ -295,6 +306,7 @@ class _Training:
         self.tracker.log({"progress": progress, **scores}, step=env_steps)
         self.rundir.save_checkpoint({
             "agent": self.agent.state_dict(),
+            "sampler": self.sampler.state_dict(),  # readable without the snapshot
             "in_flight": self.in_flight(),
             "env_steps": env_steps,
             "progress": progress,
@@ -455,8 +467,9 @@ def _progress_line(progress, env_steps, total, clock, latest, prefix, score) -> 
     now = time.time()
     clock["last_line"] = now
     elapsed = now - clock["start"]
-    rate = env_steps / elapsed if elapsed > 0 else 0.0
-    eta = (total - env_steps) / rate if rate > 0 else float("nan")
+    done_here = env_steps - clock["start_steps"]
+    rate = done_here / elapsed if elapsed > 0 else 0.0
+    eta = max(total - env_steps, 0) / rate if rate > 0 else float("nan")
     evals = " ".join(
         f"{k.split('/')[1]}={v:.3f}" for k, v in latest.items() if k.count("/") == 2
     )
@@ -472,7 +485,7 @@ def format_clock(seconds: float) -> str:
     """``h:mm:ss`` for progress lines; ``?`` when unknown (no rate yet)."""
     if not np.isfinite(seconds):
         return "?"
-    minutes, secs = divmod(round(seconds), 60)
+    minutes, secs = divmod(max(round(seconds), 0), 60)
     return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
