@@ -34,6 +34,7 @@ from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.datasets import load_checked, load_test_sets, make_env
 from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
 from plume.harness.monitor import TrainingMonitor
+from plume.harness.progress import Progress, format_clock  # noqa: F401 (format_clock: public here too)
 from plume.harness.rundir import (
     COMPLETED,
     EVAL_TABLE,
@@ -212,8 +213,9 @@ class _Training:
         self.eval_frames: list[pd.DataFrame] = []
         self.sampler_frames: list[pd.DataFrame] = []
         self.draws_before = self.sampler.draws.copy()
-        self.clock = {"start": time.time(), "last_line": time.time(), "start_steps": 0}
-        self.latest: dict[str, float] = {}
+        self.started = time.time()
+        self.progress = Progress(job.train.total_steps, 0, job.train.progress_every_s,
+                                 spec.score.unit)
         self.logged_recomputes = len(_recomputes(self.sampler))
         self.recomputed_at: list[tuple[int, int]] = []  # (env step, recomputes so far)
         log.info(
@@ -258,7 +260,7 @@ class _Training:
         self.draws_before = self.sampler.draws.copy()
         self.logged_recomputes = len(_recomputes(self.sampler))
         self.monitor.env_steps = int(checkpoint["env_steps"])
-        self.clock["start_steps"] = int(checkpoint["env_steps"])  # this process's rate
+        self.progress.restart_clock(int(checkpoint["env_steps"]))
 
     def run(self) -> dict[str, Any]:
         """Train to each evaluation point in turn, evaluate there, and summarise."""
@@ -277,12 +279,11 @@ class _Training:
                 break
             self.evaluate(progress, int(self.agent.env_steps))
         env_steps = int(self.agent.env_steps)
-        elapsed = time.time() - self.clock["start"]
+        self.progress.close()
         summary = {
             "env_steps": env_steps,
-            "train_seconds": round(elapsed, 2),
-            "steps_per_s": round((env_steps - self.clock["start_steps"]) / max(elapsed, 1e-9),
-                                 1),
+            "train_seconds": round(time.time() - self.started, 2),
+            "steps_per_s": round(self.progress.rate(env_steps), 1),
             **{k: round(v, 6) for k, v in eval_scores(self.eval_frames[-1]).items()},
         }
         self.tracker.summarise(summary)
@@ -302,7 +303,6 @@ class _Training:
         scores = eval_scores(frame)
         scores.update({f"sampler/{r.grouping}/{r.group}": r.weight for r in weights.itertuples()})
         scores["eval/seconds"] = time.time() - started
-        self.latest.update({k: v for k, v in scores.items() if k.endswith("/score")})
         self.tracker.log({"progress": progress, **scores}, step=env_steps)
         self.rundir.save_checkpoint({
             "agent": self.agent.state_dict(),
@@ -313,7 +313,8 @@ class _Training:
             "seed": self.job.seed,
             "fingerprint": self.fingerprint,
         })
-        self._progress_line(progress, env_steps, prefix="eval")
+        self.progress.evaluated(env_steps, {k.split("/")[1]: v for k, v in scores.items()
+                                            if k.count("/") == 2 and k.endswith("/score")})
         self.rundir.heartbeat()
 
     def after_step(self, env_steps: int) -> None:
@@ -322,8 +323,7 @@ class _Training:
         if recomputes > (self.recomputed_at[-1][1] if self.recomputed_at
                          else self.logged_recomputes):
             self.recomputed_at.append((env_steps, recomputes))
-        if time.time() - self.clock["last_line"] >= self.job.train.progress_every_s:
-            self._progress_line(env_steps / self.job.train.total_steps, env_steps, "train")
+        if self.progress.training(env_steps, self.monitor.last_return):
             self.rundir.heartbeat()
 
     def log_records(self, records: list[dict[str, Any]]) -> None:
@@ -336,7 +336,7 @@ class _Training:
             # The mean of trace indices over finished episodes means nothing: drop it.
             record = {k: _jsonable(v) for k, v in metrics.items()
                       if k not in ("charts/episode_trace", "wall_time")}
-            record["time_s"] = round(metrics["wall_time"] - self.clock["start"], 3)
+            record["time_s"] = round(metrics["wall_time"] - self.started, 3)
             self.rundir.append_train(record)
             weights = {}
             while self.recomputed_at and self.recomputed_at[0][0] <= env_steps:
@@ -355,11 +355,6 @@ class _Training:
         self.sampler_frames.append(rows)
         self.rundir.write_table(SAMPLER_TABLE, pd.concat(self.sampler_frames, ignore_index=True))
 
-    def _progress_line(self, progress: float, env_steps: int, prefix: str) -> None:
-        if self.monitor.last_return is not None:
-            self.latest["train/return"] = self.monitor.last_return
-        _progress_line(progress, env_steps, self.job.train.total_steps, self.clock, self.latest,
-                       prefix=prefix, score=self.job.env_spec.score.unit)
 
 
 def _analysis(job: JobConfig, traces):
@@ -461,32 +456,6 @@ def _rows_up_to(rundir: RunDirectory, table: str, progress: float) -> list[pd.Da
         return []
     frame = rundir.read_table(table)
     return [frame[frame["progress"] <= progress]]
-
-
-def _progress_line(progress, env_steps, total, clock, latest, prefix, score) -> None:
-    now = time.time()
-    clock["last_line"] = now
-    elapsed = now - clock["start"]
-    done_here = env_steps - clock["start_steps"]
-    rate = done_here / elapsed if elapsed > 0 else 0.0
-    eta = max(total - env_steps, 0) / rate if rate > 0 else float("nan")
-    evals = " ".join(
-        f"{k.split('/')[1]}={v:.3f}" for k, v in latest.items() if k.count("/") == 2
-    )
-    train = latest.get("train/return")
-    log.info(
-        "[%s] %5.1f%% %s/%s steps | %s steps/s | eta %s | train return %s | test %s %s",
-        prefix, 100 * progress, f"{env_steps:,}", f"{total:,}", f"{rate:,.0f}",
-        format_clock(eta), "n/a" if train is None else f"{train:.2f}", score, evals or "n/a",
-    )
-
-
-def format_clock(seconds: float) -> str:
-    """``h:mm:ss`` for progress lines; ``?`` when unknown (no rate yet)."""
-    if not np.isfinite(seconds):
-        return "?"
-    minutes, secs = divmod(max(round(seconds), 0), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
 
 
 def _jsonable(value: Any) -> Any:
