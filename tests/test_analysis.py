@@ -533,7 +533,7 @@ def test_cache_is_shared_across_processes(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-c", _CACHE_SCRIPT, str(tmp_path)]
-    # two writers at once: both compute, both replace atomically, the files stay valid
+    # two jobs at once: one computes under the entry's lock, the other waits and loads it
     writers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 text=True) for _ in range(2)]
     outputs = [w.communicate(timeout=120) for w in writers]
@@ -541,7 +541,8 @@ def test_cache_is_shared_across_processes(tmp_path):
         assert writer.returncode == 0, err
     first = [json.loads(out) for out, _ in outputs]
     assert first[0]["labels"] == first[1]["labels"]
-    files = sorted(p.name for p in tmp_path.iterdir())
+    assert sorted(f["from_cache"] for f in first) == [False, True]
+    files = sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock")
     assert len(files) == 2 and files[0].endswith(".json") and files[1].endswith(".npz")
     mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     reader = subprocess.run(cmd, capture_output=True, env=env, text=True, timeout=120,
@@ -617,3 +618,4 @@ def test_default_pipeline_recovers_the_four_kinds(dataset):
     assert adjusted_rand_index(result) >= 0.95
     table = contingency_table(result).drop(index="total", columns="total")
     assert (table.gt(0).sum(axis=1) == 1).all()  # every kind within one cluster
+

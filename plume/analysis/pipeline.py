@@ -17,6 +17,7 @@ same key write the same content.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -369,28 +370,45 @@ def cache_path(cache_dir: str | Path, traces: TraceSet, settings: AnalysisSettin
 
 def analyze(traces: TraceSet, settings: AnalysisSettings = AnalysisSettings(),
             cache_dir: str | Path | None = None) -> TraceAnalysis:
-    """Plume stages 1-2 on ``traces``; reuses / writes ``cache_dir`` when given."""
+    """Plume stages 1-2 on ``traces``; reuses / writes ``cache_dir`` when given.
+
+    Concurrent callers on one cache (the jobs of a sweep) compute each analysis once: the
+    first takes a lock on its cache entry, the others wait for it and load the result."""
     if not isinstance(settings, AnalysisSettings):
         raise TypeError(f"settings must be an AnalysisSettings, got {type(settings).__name__}")
-    stem = None
-    if cache_dir is not None:
-        stem = cache_path(cache_dir, traces, settings)
-        if stem.with_name(stem.name + ".json").is_file():
-            start = time.perf_counter()
-            try:
-                cached = TraceAnalysis.load(stem)
-            except (OSError, ValueError, KeyError, json.JSONDecodeError) as err:
-                warnings.warn(f"ignoring unreadable cached analysis {stem}: {err}",
-                              RuntimeWarning, stacklevel=2)
-            else:
-                if cached.content_hash == traces.content_hash and cached.settings == settings:
-                    cached.from_cache = True
-                    cached.timings["load_s"] = time.perf_counter() - start
-                    return cached
-    result = _compute(traces, settings)
-    if stem is not None:
+    if cache_dir is None:
+        return _compute(traces, settings)
+    stem = cache_path(cache_dir, traces, settings)
+    cached = _load_cached(stem, traces, settings)
+    if cached is not None:
+        return cached
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    with open(stem.with_name(stem.name + ".lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        cached = _load_cached(stem, traces, settings)  # computed while this one waited?
+        if cached is not None:
+            return cached
+        result = _compute(traces, settings)
         result.save(stem)
     return result
+
+
+def _load_cached(stem: Path, traces: TraceSet, settings: AnalysisSettings):
+    """The cached analysis at ``stem`` when it is readable and matches; None otherwise."""
+    if not stem.with_name(stem.name + ".json").is_file():
+        return None
+    start = time.perf_counter()
+    try:
+        cached = TraceAnalysis.load(stem)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError) as err:
+        warnings.warn(f"ignoring unreadable cached analysis {stem}: {err}", RuntimeWarning,
+                      stacklevel=3)
+        return None
+    if cached.content_hash != traces.content_hash or cached.settings != settings:
+        return None
+    cached.from_cache = True
+    cached.timings["load_s"] = time.perf_counter() - start
+    return cached
 
 
 def _features(traces: TraceSet, settings: AnalysisSettings):
