@@ -9,11 +9,13 @@ the directory Hydra had just created for it (:func:`plume.harness.rundir.discard
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
 from plume.harness.errors import ConfigError
 
@@ -28,11 +30,10 @@ class ValidateFirst(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from plume.harness.schema import validate
 
-        job = OmegaConf.masked_copy(config, [k for k in config if k != "hydra"])
-        with open_dict(job):
-            job.pop("hydra", None)
         try:
-            validate(job)
+            validate(config)  # the job's sections; the hydra node is not read
         except ConfigError as err:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":  # Hydra's switch for tracebacks
+                traceback.print_exc()
             print(f"{self.app}: error: {err}", file=sys.stderr)
-            sys.exit(2)
+            sys.exit(2)  # SystemExit: Hydra logs and ignores a callback's ordinary exceptions

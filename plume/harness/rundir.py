@@ -154,6 +154,11 @@ class RunDirectory:
         if any(p.name not in HYDRA_FILES and p.suffix != ".log" for p in self.path.iterdir()):
             return False
         shutil.rmtree(self.path, ignore_errors=True)
+        for parent in list(self.path.parents)[:2]:  # the sweep folders made for it, if empty
+            try:
+                parent.rmdir()
+            except OSError:
+                break
         return True
 
     def write_json(self, name: str, content: dict[str, Any]) -> Path:

@@ -25,6 +25,7 @@ import hydra
 import numpy as np
 import pandas as pd
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
@@ -71,6 +72,10 @@ def _override_dirname(value: str | None) -> str:
 OmegaConf.register_new_resolver("plume_dirname", _override_dirname, replace=True)
 
 
+class JobRefused(RuntimeError):
+    """A job of a sweep refused with a one-line reason (already printed)."""
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> dict[str, Any] | None:
     hydra_cfg = HydraConfig.get()
@@ -82,7 +87,11 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     try:
         return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices)
     except (ConfigError, RunDirectoryLocked, NonFiniteTraining) as err:  # one line
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
         print(f"plume-train: error: {err}", file=sys.stderr)
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            raise JobRefused(str(err)) from None  # the launcher records it, others go on
         sys.exit(2)
 
 
