@@ -55,7 +55,7 @@ def test_the_analysis_is_computed_once_and_shared(compose_cfg, tmp_path):
         run_job(compose_cfg(*_tiny(tmp_path, "sampler=cluster_uniform", f"seed={seed}")),
                 tmp_path / f"run{seed}")
     cached = sorted((tmp_path / "cache").iterdir())
-    assert [p.suffix for p in cached] == [".json", ".npz"]
+    assert [p.suffix for p in cached] == [".json", ".lock", ".npz"]  # one entry, its lock
 
 
 def test_an_ablation_is_a_config_choice(compose_cfg, tmp_path):
