@@ -1,12 +1,12 @@
 """Job lists of the paper figures, and the command that trains what is missing and draws them.
 
     python -m experiments fig9 --profile quick -j 2        # 27 plume-train jobs, then figures
+    python -m experiments fig9 hydra/launcher=submitit_slurm hydra.launcher.partition=cpu
     python -m experiments fig9 --dry-run                   # the jobs and which are done
     python -m experiments fig9 --render-only               # redraw from what is on disk
 
 Every job is one ``plume-train experiment=<exp> <axis overrides> seed=<s> paths.root=<root>``
-run (``python -m plume.harness.train``, the entry point of ``plume-train``), so its run
-directory is the one ``plume-train`` would use by hand:
+run, so its run directory is the one ``plume-train`` would use by hand:
 ``<root>/<exp_name>/<axis overrides>/seed=<s>``. The experiment config (``conf/experiment/``)
 holds the budgets; the sweep axes (training dataset, sampler, seed) live here, because seeds are
 a sweep axis and the number of seeds is a property of the profile:
@@ -17,25 +17,36 @@ a sweep axis and the number of seeds is a property of the profile:
 
 Figures that share runs share jobs: fig10 draws fig9's plume_dynamic runs, fig8 reuses fig9's
 majority_fast runs of uniform / plume_static / plume_dynamic and trains only trace_error.
+
+The jobs not yet completed are one Hydra multirun (DESIGN.md "Sweeps"): ``launch`` hands their
+override lists to the launcher of ``conf/hydra/launcher/`` that the command line chooses
+(joblib with ``-j`` workers by default), which runs ``plume-train``'s job function on each. The
+same figure runs on a laptop, a SLURM cluster or a Ray cluster by changing that one choice.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
-import re
-import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from plume.harness.train import format_clock
+
+# conf/hydra/launcher/<name>.yaml has the name of the plugin's own schema, so Hydra 1.3 checks
+# it against that schema (wanted) and warns that this matching is deprecated (noise). Set at
+# import, so it also holds in the worker processes, which import this module for train_task.
+warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/\w+' is validated against "
+                        "ConfigStore schema", category=UserWarning)
 
 PROFILES = ("quick", "paper")
 SEEDS = {"quick": 3, "paper": 4}
@@ -90,8 +101,8 @@ class PlannedJob:
     args: list[str]
     run_dir: Path
     state: str | None = None  # status.json "state", None when the job never started
-    log: Path | None = None
-    result: dict = field(default_factory=dict)
+    total_steps: int = 0  # train.total_steps, for the progress line
+    error: str | None = None  # why it did not complete, once launched
 
     @property
     def completed(self) -> bool:
@@ -143,9 +154,11 @@ def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None) -
     return []  # fig7, fig12, fig13 draw datasets only
 
 
-def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = ()) -> list[PlannedJob]:
-    """Compose and validate every job's config as plume-train would, predict its run directory
-    and read its state; a bad override fails here, before anything trains."""
+def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
+         hydra_overrides: Sequence[str] = ()) -> list[PlannedJob]:
+    """Compose and validate every job's config as plume-train would (with the launcher's
+    ``hydra_overrides``), predict its run directory and read its state; a bad override, a job
+    key or a launcher key, fails here, before anything trains."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -159,13 +172,15 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = ()) -> li
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             for job in jobs:
                 args = job.args(root, extra)
-                cfg = compose("train", overrides=args, return_hydra_config=True)
+                cfg = compose("train", overrides=[*hydra_overrides, *args],
+                              return_hydra_config=True)
                 validate(cfg)
                 run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
                 state = _read_state(run_dir)
                 if cfg.get("overwrite") and state == "completed":
                     state = "overwrite"
-                planned.append(PlannedJob(job, args, run_dir, state))
+                planned.append(PlannedJob(job, args, run_dir, state,
+                                          int(cfg.train.total_steps)))
     finally:
         GlobalHydra.instance().clear()
     return planned
@@ -186,139 +201,278 @@ def _show(path: Path) -> str:
         return str(path)
 
 
-def _job_name(item: PlannedJob, root: Path) -> str:
+# --- Launching: the pending jobs as one Hydra multirun -----------------------------------------
+
+# Worker processes inherit these (joblib, submitit, a local Ray instance): one BLAS/OpenMP thread
+# per job, W&B quiet. A job's torch threads come from train.torch_threads.
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+              "WANDB_SILENT": "true"}
+JOBLIB_PLUGIN = "hydra_plugins.hydra_joblib_launcher"
+
+
+def train_task(cfg):
+    """plume-train's job as the launcher's task function. A job that plume-train would end with
+    ``sys.exit`` (a config error found only at run time) raises instead, so that the launcher
+    records one failed job and the others go on: a SystemExit would end the whole sweep."""
+    from plume.harness import train
+
     try:
-        return item.run_dir.relative_to(root).as_posix()
-    except ValueError:
-        return item.run_dir.as_posix()
+        return train.main.__wrapped__(cfg)
+    except SystemExit as err:
+        raise RuntimeError(f"plume-train exited with status {err.code}") from None
 
 
-def train_env() -> dict[str, str]:
-    """Environment of every plume-train subprocess: one thread per job, W&B quiet."""
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               WANDB_SILENT="true")
-    return env
+def launcher_overrides(hydra_overrides: Sequence[str], workers: int) -> list[str]:
+    """The Hydra overrides of the sweep: the user's ``hydra...`` overrides, plus joblib with
+    ``workers`` jobs at a time when no launcher is chosen (Hydra's basic launcher, one job after
+    another in this process, when the joblib plugin is not installed), and job logs to each run
+    directory's ``train.log`` only and the launcher's own log off, so the console keeps the
+    one progress line."""
+    import importlib.util
+
+    chosen = list(hydra_overrides)
+    keys = [o.partition("=")[0].lstrip("+~") for o in chosen]
+    if "hydra/launcher" not in keys:
+        has_joblib = importlib.util.find_spec(JOBLIB_PLUGIN) is not None
+        chosen.insert(0, "hydra/launcher=joblib" if has_joblib else "hydra/launcher=basic")
+    if "hydra/launcher=joblib" in chosen and "hydra.launcher.n_jobs" not in keys:
+        chosen.append(f"hydra.launcher.n_jobs={workers}")
+    if not any(k.startswith(("hydra/job_logging", "hydra.job_logging")) for k in keys):
+        chosen.append("hydra.job_logging.root.handlers=[file]")
+    if not any(k.startswith(("hydra/hydra_logging", "hydra.hydra_logging")) for k in keys):
+        chosen.append("hydra/hydra_logging=none")  # the launcher's own list of the jobs
+    return chosen
 
 
-def execute(pending: Sequence[PlannedJob], workers: int, root: Path, log_dir: Path,
-            stream: TextIO | None = None) -> list[PlannedJob]:
-    """Run ``pending`` as plume-train subprocesses, ``workers`` at a time; one progress line
-    per finished job. A failed job is reported and the others continue. Returns the failed."""
+def launch(pending: Sequence[PlannedJob], overrides: Sequence[str],
+           stream: TextIO | None = None, progress_every_s: float = 30.0) -> list[PlannedJob]:
+    """Hand ``pending`` to the launcher that ``overrides`` chooses, as one Hydra multirun, and
+    wait for it; an aggregate progress line is printed meanwhile. Hydra's sweeper expands a
+    cartesian product, a figure's list of unfinished jobs need not be one: the launcher is set
+    up the way ``Hydra.multirun`` does it and given the explicit list. A failed job is reported
+    and the others go on. Returns the jobs that did not complete (with ``error`` set)."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.plugins import Plugins
+    from hydra.types import HydraContext, RunMode
+
     stream = stream or sys.stdout
-    failed: list[PlannedJob] = []
     if not pending:
-        return failed
-    env = train_env()
-    started = time.time()
-    procs: dict[int, subprocess.Popen] = {}
-    lock = threading.Lock()
-    stop = threading.Event()
+        return []
+    with _hydra() as hydra, _worker_environment(), _kept_logging():
+        # The sweep's own config is the first job's: hydra.sweep.dir is then that job's
+        # experiment folder, where launchers keep their files (submitit's .submitit/).
+        cfg = hydra.compose_config("train", [*overrides, *pending[0].args], RunMode.MULTIRUN)
+        callbacks = Callbacks(cfg)
+        launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
+            task_function=train_task, config=cfg)
+        print(f"launching {len(pending)} job(s): {' '.join(overrides)}; each job logs to "
+              f"<run dir>/train.log", file=stream, flush=True)
+        callbacks.on_multirun_start(config=cfg, config_name="train")
+        returns, stopped = [], None
+        with SweepProgress(pending, stream, progress_every_s):
+            try:
+                returns = list(launcher.launch([list(p.args) for p in pending], 0))
+            except Exception as err:  # noqa: BLE001  (e.g. a submitit job killed by the cluster)
+                stopped = f"{type(err).__name__}: {err}"
+        if stopped:
+            print(f"the launcher stopped: {stopped}", file=stream)
+        callbacks.on_multirun_end(config=cfg, config_name="train")
+    return _failures(pending, returns, stopped)
 
-    def run_one(index: int, item: PlannedJob) -> PlannedJob:
-        if stop.is_set():
-            item.result = {"rc": None, "seconds": 0.0, "error": "not started (interrupted)"}
-            return item
-        begin = time.time()
-        try:
-            item.log = _log_path(log_dir, root, item.run_dir, index)
-            item.log.parent.mkdir(parents=True, exist_ok=True)
-            with open(item.log, "w") as handle:
-                handle.write("$ plume-train " + " ".join(item.args) + "\n")
-                handle.flush()
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "plume.harness.train", *item.args],
-                    stdout=handle, stderr=subprocess.STDOUT, env=env,
-                )
-                with lock:
-                    procs[index] = proc
-                rc = proc.wait()
-                with lock:
-                    procs.pop(index, None)
-        except OSError as err:  # could not write the log or start the process
-            item.result = {"rc": None, "seconds": time.time() - begin,
-                           "error": f"{type(err).__name__}: {err}"}
-            return item
-        item.state = _read_state(item.run_dir)
-        item.result = {"rc": rc, "seconds": time.time() - begin}
-        return item
 
-    total = len(pending)
-    done = 0
-    print(f"training {total} job(s), {workers} at a time (OMP_NUM_THREADS=1 each); "
-          f"logs under {_show(log_dir)}", file=stream, flush=True)
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+@contextmanager
+def _hydra():
+    """Hydra's app object for ``conf/train.yaml``, as ``plume-train`` builds it."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from plume.harness.train import CONF_DIR
+
+    GlobalHydra.instance().clear()
     try:
-        futures = [pool.submit(run_one, i, item) for i, item in enumerate(pending)]
-        for future in as_completed(futures):
-            item = future.result()
-            done += 1
-            elapsed = time.time() - started
-            eta = elapsed / done * (total - done)
-            ok = item.result["rc"] == 0 and item.state == "completed"
-            line = (f"[{done:>{len(str(total))}}/{total}] {'done  ' if ok else 'FAILED'} "
-                    f"{item.result['seconds']:6.1f} s  {_job_name(item, root)} | "
-                    f"elapsed {format_clock(elapsed)} | eta {format_clock(eta)}")
-            if not ok:
-                failed.append(item)
-                line += f"\n    rc={item.result['rc']}: {_failure(item)}\n    log: {_show(item.log)}"
-            print(line, file=stream, flush=True)
-    except KeyboardInterrupt:
-        stop.set()
-        with lock:
-            running = list(procs.values())
-        for proc in running:  # only the subprocesses this runner started
-            proc.terminate()
-        raise
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3",
+                                   job_name="train"):
+            yield GlobalHydra.instance().hydra
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        GlobalHydra.instance().clear()
+
+
+@contextmanager
+def _worker_environment():
+    """``WORKER_ENV`` in this process's environment while workers are started from it."""
+    saved = {key: os.environ.get(key) for key in WORKER_ENV}
+    os.environ.update(WORKER_ENV)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextmanager
+def _kept_logging():
+    """Launchers configure logging in the launching process (the basic launcher even runs the
+    jobs here): put the root logger back as it was afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def _failures(pending: Sequence[PlannedJob], returns: Sequence,
+              stopped: str | None = None) -> list[PlannedJob]:
+    """The jobs whose run directory does not say completed, each with its error: the text of
+    ``status.json`` (the job's own record), else the exception the launcher returned for it,
+    else why the launcher stopped."""
+    from hydra.core.utils import JobStatus
+
+    failed = []
+    for index, item in enumerate(pending):
+        item.state = _read_state(item.run_dir)
+        if item.completed:
+            continue
+        ret = returns[index] if index < len(returns) else None
+        raised = getattr(ret, "_return_value", None)
+        if ret is not None and ret.status == JobStatus.FAILED and raised is not None:
+            item.error = f"{type(raised).__name__}: {raised}"
+        item.error = (_status_error(item.run_dir) or item.error or stopped
+                      or "the job did not complete")
+        failed.append(item)
     return failed
 
 
-def _log_path(log_dir: Path, root: Path, run_dir: Path, index: int) -> Path:
-    """``<log_dir>/<exp_name>/<overrides>/seed=<s>.log``, mirroring the run directory; a very
-    long overrides folder name is shortened with a hash (file names stop at 255 bytes)."""
-    import hashlib
-
+def _status_error(run_dir: Path) -> str | None:
     try:
-        parts = list(run_dir.relative_to(root).parts)
-    except ValueError:
-        parts = [f"job-{index:03d}"]
-    parts = [p if len(p) <= 200 else p[:180] + "-" + hashlib.sha1(p.encode()).hexdigest()[:12]
-             for p in parts]
-    path = log_dir.joinpath(*parts)
-    return path.with_name(path.name + ".log")
-
-
-def _failure(item: PlannedJob) -> str:
-    if item.result.get("error"):
-        return item.result["error"]
-    try:
-        status = json.loads((item.run_dir / "status.json").read_text())
-        if status.get("error"):
-            return str(status["error"]).splitlines()[0][:300]
+        error = json.loads((run_dir / "status.json").read_text()).get("error")
     except (OSError, json.JSONDecodeError):
-        pass
-    if item.log and item.log.is_file():
-        lines = [line.strip() for line in item.log.read_text().splitlines()
-                 if line.strip() and "HYDRA_FULL_ERROR" not in line]
-        errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]
-        if errors or lines:
-            return (errors or lines)[-1][:300]
-    return "no status.json and no output"
+        return None
+    return str(error).splitlines()[0][:300] if error else None
+
+
+# --- Progress: one aggregate line, read from the run directories -------------------------------
+
+
+def sweep_eta(remaining_steps: Sequence[int], steps_per_s: float, workers: int) -> float:
+    """Seconds until jobs with ``remaining_steps`` env steps each are done, every job training
+    at ``steps_per_s`` on one of ``workers`` parallel workers: the work shared by the workers,
+    but never less than the longest single job. 0 when nothing is left, nan while the rate is
+    unknown; never negative."""
+    left = [max(0, int(r)) for r in remaining_steps if r > 0]
+    if not left:
+        return 0.0
+    if not steps_per_s > 0:
+        return float("nan")
+    lanes = max(1, min(int(workers), len(left)))
+    return max(sum(left) / lanes, max(left)) / steps_per_s
+
+
+def last_record(path: Path) -> dict | None:
+    """The last complete line of a jsonl file (None if there is none yet), read from its end."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 8192))
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue  # a line still being written, or cut by the seek
+    return None
+
+
+class SweepProgress:
+    """While a sweep runs, one aggregate progress line: jobs finished / failed / running, env
+    steps trained (the last ``train.jsonl`` record of each run directory) and an ETA from the
+    running jobs' own steps/s over the workers seen running at once. Reads files only, so it
+    works for every launcher whose jobs write where this process can read. Rewritten in place
+    on a terminal; elsewhere a new line whenever a job starts or ends and every ``every_s``
+    seconds."""
+
+    def __init__(self, items: Sequence[PlannedJob], stream: TextIO, every_s: float = 30.0):
+        self.items, self.stream, self.every_s = list(items), stream, every_s
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.started = time.time()
+        self.peak_running = 0
+        self.rate = 0.0  # env steps/s of one job, the last one measured
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sweep-progress", daemon=True)
+
+    def __enter__(self) -> None:
+        self.started = time.time()
+        self._thread.start()
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._print(self.line(), final=True)
+
+    def _loop(self) -> None:
+        shown, last = None, time.time()
+        while not self._stop.wait(1.0 if self.tty else min(1.0, self.every_s)):
+            line = self.line()
+            finished = line.split("|", 1)[0]
+            if self.tty or finished != shown or time.time() - last >= self.every_s:
+                self._print(line)
+                shown, last = finished, time.time()
+
+    def _print(self, line: str, final: bool = False) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K" + line + ("\n" if final else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def line(self) -> str:
+        """The current line (also its own test seam)."""
+        states = [_read_state(item.run_dir) for item in self.items]
+        done = sum(state == "completed" for state in states)
+        failed = sum(state == "failed" for state in states)
+        running = [i for i, state in enumerate(states) if state == "running"]
+        self.peak_running = max(self.peak_running, len(running))
+        steps, rates, remaining = 0, [], []
+        for item, state in zip(self.items, states):
+            record = last_record(item.run_dir / "train.jsonl") if state else None
+            trained = item.total_steps if state == "completed" else int(
+                (record or {}).get("env_steps", 0))
+            steps += min(trained, item.total_steps)
+            if state not in ("completed", "failed"):
+                remaining.append(item.total_steps - trained)
+            if state == "running" and record and record.get("time_s", 0) > 0:
+                rates.append(record["env_steps"] / record["time_s"])
+        self.rate = sum(rates) / len(rates) if rates else self.rate
+        eta = sweep_eta(remaining, self.rate, self.peak_running)
+        total = sum(item.total_steps for item in self.items)
+        width = len(str(len(self.items)))
+        return (f"[{done:>{width}}/{len(self.items)}] jobs done, {failed} failed, "
+                f"{len(running)} running | {steps:,}/{total:,} env steps | "
+                f"elapsed {format_clock(time.time() - self.started)} | eta {format_clock(eta)}")
 
 
 def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = "runs",
         out: str | Path = "reports", dry_run: bool = False, render_only: bool = False,
         overrides: Sequence[str] = (), n_seeds: int | None = None,
-        report_options: dict | None = None, stream: TextIO | None = None) -> dict:
-    """The whole command; returns counts, failures and the rendered artefacts."""
+        report_options: dict | None = None, stream: TextIO | None = None,
+        hydra_overrides: Sequence[str] = (), progress_every_s: float = 30.0) -> dict:
+    """The whole command; returns counts, failures and the rendered artefacts.
+    ``hydra_overrides`` (``hydra/launcher=...``, ``hydra.launcher.*``) choose the launcher;
+    ``workers`` is joblib's ``n_jobs`` unless they set it."""
     stream = stream or sys.stdout
+    sweep = launcher_overrides(hydra_overrides, workers)
     root_path, out_path = Path(root), Path(out)
     figures = FIGURES if name == "all" else (name,)
     jobs = figure_jobs(name, profile, n_seeds)
     began = time.time()
-    planned = plan(jobs, root, overrides)
+    planned = plan(jobs, root, overrides, sweep)
     by_job = {p.job: p for p in planned}
     done = [p for p in planned if p.completed]
     pending = [p for p in planned if not p.completed]
@@ -330,14 +484,18 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
             print(f"  [{item.state or 'new'}] plume-train {' '.join(item.args)}\n"
                   f"      -> {_show(item.run_dir)}", file=stream)
         targets = ", ".join(_show(out_path / f) for f in figures)
-        print(f"figures and reports would go to: {targets}", file=stream, flush=True)
+        print(f"launcher overrides: {' '.join(sweep)}\n"
+              f"figures and reports would go to: {targets}", file=stream, flush=True)
         return {"jobs": planned, "completed": len(done), "pending": len(pending),
                 "trained": 0, "failed": [], "artefacts": {}}
     failed: list[PlannedJob] = []
     trained = 0
     if pending and not render_only:
-        failed = execute(pending, workers, root_path, out_path / name / "logs", stream)
+        failed = launch(pending, sweep, stream, progress_every_s)
         trained = len(pending) - len(failed)
+        for item in failed:
+            print(f"FAILED {_show(item.run_dir)}: {item.error}\n"
+                  f"    status.json and train.log in that directory", file=stream)
         print(f"trained {trained}, skipped {len(done)} (already completed), "
               f"failed {len(failed)}; training took {format_clock(time.time() - began)}",
               file=stream, flush=True)
@@ -397,7 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", choices=PROFILES, default="quick",
                         help="quick: <exp>_quick configs, 3 seeds (default); paper: the "
                              "reference's budget (4e6 env steps, every 5%%), 4 seeds")
-    parser.add_argument("-j", "--jobs", type=int, default=2, help="parallel plume-train jobs")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="hydra/launcher=joblib|submitit_local|submitit_slurm|ray and "
+                             "hydra.launcher.* keys choose how the jobs run (conf/hydra/"
+                             "launcher/); any other KEY=VALUE is a job override (--override)")
+    parser.add_argument("-j", "--jobs", type=int, default=2,
+                        help="jobs at a time with the joblib launcher (its n_jobs; default 2)")
     parser.add_argument("--root", default="runs", help="paths.root of every job (runs)")
     parser.add_argument("--out", default="reports", help="figures go to OUT/NAME (reports)")
     parser.add_argument("--dry-run", action="store_true", help="print the jobs and stop")
@@ -411,18 +574,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None,
                         help="bootstrap repetitions of the rliable report (report default)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the report bootstrap")
-    args = parser.parse_args(argv)
+    parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
+                        help="seconds between progress lines when not on a terminal (30)")
+    args = parser.parse_intermixed_args(argv)
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from plume.harness.schema import ConfigError
+
     if args.jobs < 1:
         parser.error("-j must be >= 1")
     if args.seeds is not None and args.seeds < 1:
         parser.error("--seeds must be >= 1")
+    if any("=" not in o for o in args.overrides):
+        parser.error("overrides are KEY=VALUE, e.g. hydra/launcher=submitit_slurm")
     report_options = {k: v for k, v in {"reps": args.reps, "seed": args.seed}.items()
                       if v is not None}
+    sweep = [o for o in args.overrides if o.lstrip("+~").startswith("hydra")]
+    jobs = [*args.override, *(o for o in args.overrides if o not in sweep)]
     try:
         result = run(args.name, args.profile, args.jobs, args.root, args.out,
                      dry_run=args.dry_run, render_only=args.render_only,
-                     overrides=args.override, n_seeds=args.seeds,
-                     report_options=report_options)
+                     overrides=jobs, n_seeds=args.seeds, report_options=report_options,
+                     hydra_overrides=sweep, progress_every_s=args.progress_every)
+    except (HydraException, OmegaConfBaseException, ConfigError) as err:  # the user's mistake
+        message = " ".join(str(err).split())
+        print(f"python -m experiments: error: {message}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted; completed jobs are kept, a re-run trains the rest "
               "(interrupted ones resume from their checkpoints)", file=sys.stderr)
