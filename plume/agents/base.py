@@ -103,13 +103,18 @@ class NonFiniteTraining(FloatingPointError):
     network would otherwise fail later with an unrelated error, or act on NaNs silently)."""
 
 
-def check_finite(updates: int, metrics: dict[str, Any], network: torch.nn.Module) -> None:
+def check_finite(updates: int, metrics: dict[str, Any],
+                 network: torch.nn.Module | None = None) -> None:
     """Raise NonFiniteTraining naming the update and the first non-finite ``losses/*`` metric,
-    or saying that ``network``'s parameters left the finite range after the update."""
+    or saying that ``network``'s parameters (when given: a check that costs a sync per
+    tensor, so callers make it only where NaN weights would otherwise pass unseen) left the
+    finite range after the update."""
     for key, value in metrics.items():
         if key.startswith("losses/") and not math.isfinite(value):
             raise NonFiniteTraining(f"update {updates}: {key} = {value}; training diverged "
                                     "(a smaller algo.learning_rate usually helps)")
+    if network is None:
+        return
     if not all(bool(torch.isfinite(p).all()) for p in network.parameters()):
         raise NonFiniteTraining(f"update {updates}: the network's parameters are no longer "
                                 "finite after the optimiser step (losses were "

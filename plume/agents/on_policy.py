@@ -442,7 +442,9 @@ class ActorCriticAlgorithm(Algorithm):
             losses = self.update(rollout, learning_rate, ent_coef)
             t2 = time.perf_counter()
             self.updates += 1
-            check_finite(self.updates, losses, self.policy)
+            # losses each update; weights that overflowed show when acting next
+            # (_collect_checked) or as NaN losses of the next update
+            check_finite(self.updates, losses)
             records.append(update_record(
                 self.env_steps, self.updates, **rollout.episode_metrics,
                 **{"charts/learning_rate": learning_rate, "charts/ent_coef": ent_coef},
