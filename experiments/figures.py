@@ -741,12 +741,12 @@ def fig9_summary(runs: Sequence[RunInfo], results: dict[str, Any],
                 lines += [prefix + comparison_text(comparison, scenario), ""]
         result = results.get(scenario)
         if result is not None:
-            poi = result.poi
-            scoped = poi[poi["scope"] == (test if len(result.analysis.tasks) > 1 else "all tasks")]
-            for row in scoped.itertuples(index=False):
-                lines.append(f"- All traces of `{test}`: {row.algorithm} vs {row.baseline}: "
-                             f"PoI {row.poi:.2f} [{row.lo:.2f}, {row.hi:.2f}] ({row.verdict}).")
-            lines.append(f"- rliable report (all test sets as tasks): "
+            from plume.report.comparisons import verdict_sentence
+
+            verdicts = result.poi
+            for row in verdicts[verdicts["scope"] == "all tasks"].itertuples(index=False):
+                lines.append(f"- {verdict_sentence(row, len(verdicts))}")
+            lines.append(f"- rliable report (tasks: {', '.join(result.analysis.tasks)}): "
                          f"{result.report.relative_to(result.out.parent).as_posix()}")
         lines += ["", "```", _scores_text(mine, train, test), "```", ""]
     return "\n".join(lines)

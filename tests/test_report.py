@@ -8,6 +8,7 @@ runs real tiny jobs through ``plume.harness.train.run_job`` to prove the real fi
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from scipy import stats as sps
 
 from plume.report import build_report, load_scores, scan_runs
 from plume.report.cli import main
+from plume.report.inference import MEASURED_COVERAGE, holm
 from plume.report.runs import RunScanError
 from plume.report.stats import (
     TRACEBENCH,
@@ -43,9 +45,13 @@ REPS = 200
 def write_run(root: Path, sampler: str, seed: int, *, shift: float | None = None,
               state: str = "completed", error: str | None = None,
               test_sets=TEST_SETS, n_traces: int = 40, progress=(0.0, 0.5, 1.0),
-              exp: str = "synthetic", qoe: float | None = None) -> Path:
+              exp: str = "synthetic", qoe: float | None = None,
+              fixed: dict[str, float] | None = None, clusters: bool = False,
+              labelled: bool = True) -> Path:
     """A run directory as plume-train writes it, with per-chunk QoE
-    2 + 2 * progress + shift + seed effect + trace effect (or exactly ``qoe``)."""
+    2 + 2 * progress + shift + seed effect + trace effect (or exactly ``qoe``, or
+    ``fixed[kind]`` for the traces of that kind). ``clusters`` records cluster = kind index;
+    ``labelled=False`` records no kinds."""
     shift = SHIFTS.get(sampler, 0.0) if shift is None else shift
     key = f"env.n_envs=8,env.test_sets=[{','.join(test_sets)}],sampler={sampler}"
     run = root / exp / key / f"seed={seed}"
@@ -71,13 +77,17 @@ def write_run(root: Path, sampler: str, seed: int, *, shift: float | None = None
         for test_set in test_sets:
             trace_effect = np.random.default_rng(len(test_set)).normal(0, 0.5, n_traces)
             for trace in range(n_traces):
+                kind = LABELS[trace % 4]
                 value = (qoe if qoe is not None else
                          2.0 + 2.0 * p + shift + seed_effect + trace_effect[trace]
                          + rng.normal(0, 0.05))
+                value = (fixed or {}).get(kind, value)
                 length = 99.0
                 rows.append({
                     "test_set": test_set, "trace": trace,
-                    "trace_id": f"{test_set}/test/{trace:04d}", "label": LABELS[trace % 4],
+                    "trace_id": f"{test_set}/test/{trace:04d}",
+                    "label": kind if labelled else None,
+                    "cluster": (trace % 4) if clusters else None,
                     "return": value * length, "return_transformed": value,
                     "quality": value * length, "stall": 0.0, "length": length,
                     "progress": p, "env_steps": int(4096 * p),
@@ -189,18 +199,22 @@ def test_inventory_lists_every_run_and_scores_come_from_completed_runs_only(swee
     assert scores["score"].max() < 10  # the failed run's absurd scores are not there
 
 
-def test_report_ranks_the_planted_sampler_first_with_a_significant_poi(cli_report):
+def test_report_ranks_the_planted_sampler_first_with_a_verdict_and_its_effect_sizes(cli_report):
     aggregates = pd.read_csv(cli_report / "tables" / "aggregates.csv")
     assert aggregates["algorithm"].tolist()[0] == "plume_dynamic"
     assert (aggregates["n_runs"] == 5).all()  # the failed/unfinished runs are not pooled
     poi = pd.read_csv(cli_report / "tables" / "probability_of_improvement.csv")
     pooled = poi[(poi["algorithm"] == "plume_dynamic") & (poi["scope"] == "all tasks")].iloc[0]
-    assert pooled["poi"] > 0.9 and pooled["lo"] > 0.5 and pooled["ci_excludes_half"]
-    assert set(poi["scope"]) == {"all tasks", *TEST_SETS}
+    assert pooled["verdict"] == "better" and pooled["p_holm"] < 0.05
+    assert 0.15 < pooled["diff_lo"] < pooled["diff"] < pooled["diff_hi"] < 0.25  # 1.0 / 5
+    assert pooled["poi"] == 1.0 and pooled["poi_degenerate"]  # 5 vs 5, fully separated
+    assert set(poi["scope"]) == {"all tasks", *LABELS}  # the kinds, pooled over test sets
     text = (cli_report / "report.md").read_text()
-    assert "plume_dynamic beats uniform on all tasks: PoI 1.00 [1.00, 1.00]; the CI excludes " \
-           "0.5." in text
-    assert "plume_dynamic beats uniform on majority_slow" in text
+    assert re.search(r"plume_dynamic beats uniform on all tasks: difference of means "
+                     r"\+0\.\d{3} \[\+0\.\d{3}, \+0\.\d{3}\] \(normalised score, 95 % Welch t\), "
+                     r"Holm-adjusted p = \S+ over 10 verdicts; PoI 1\.00 \[1\.00, 1\.00\] "
+                     r"\(degenerate: every run beats every baseline run", text)
+    assert "plume_dynamic beats uniform on slow_high-var" in text
 
 
 def test_failed_run_is_listed_in_the_report_and_left_out_of_the_numbers(sweep, cli_report):
@@ -211,7 +225,7 @@ def test_failed_run_is_listed_in_the_report_and_left_out_of_the_numbers(sweep, c
     # plume_dynamic's pooled mean = the mean over its 5 completed runs of (trace means)
     scores = normalise(load_scores(scan_runs(sweep)))
     final = scores[(scores["sampler"] == "plume_dynamic") & (scores["progress"] == 1.0)]
-    per_run_task = final.groupby(["seed", "test_set"])["score"].mean()
+    per_run_task = final.groupby(["seed", "label"])["score"].mean()  # a kind, both test sets
     aggregates = pd.read_csv(cli_report / "tables" / "aggregates.csv").set_index("algorithm")
     assert aggregates.loc["plume_dynamic", "mean"] == pytest.approx(per_run_task.mean())
     assert aggregates.loc["plume_dynamic", "IQM"] == pytest.approx(
@@ -228,15 +242,15 @@ def test_cli_writes_report_tables_and_non_empty_figures(cli_report, capsys):
     assert "\\toprule" in tex and "plume\\_dynamic" in tex
     figures = sorted((cli_report / "figures").iterdir())
     stems = {p.stem for p in figures}
-    assert {"interval_estimates", "probability_of_improvement", "performance_profiles",
-            "sample_efficiency", "per_kind"} <= stems
+    assert stems == {"interval_estimates", "probability_of_improvement",
+                     "performance_profiles", "sample_efficiency", "per_kind"}  # no clusters
     for stem in stems:
         for suffix in (".png", ".pdf"):
             assert (cli_report / "figures" / f"{stem}{suffix}").stat().st_size > 1000
     text = (cli_report / "report.md").read_text()
     assert "(figures/interval_estimates.png)" in text and "n = 5 runs per sampler" in text
     assert "normalised score = (QoE per chunk - 1) / (6 - 1)" in text
-    assert "| plume_dynamic | majority_fast | 5 | 5 | 0 1 2 3 4 |" in text  # runs per cell
+    assert "| plume_dynamic | fast_high-var | 5 | 5 | 0 1 2 3 4 |" in text  # runs per cell
 
 
 def test_two_reports_give_bit_identical_tables(sweep, tmp_path):
@@ -268,10 +282,11 @@ def test_missing_seeds_are_refused_naming_each_cell(tmp_path):
     with pytest.raises(SeedMismatchError) as err:
         analyse(scores, seeds="refuse", reps=50)
     message = str(err.value)
-    assert "(plume_static, majority_fast) lacks seed(s) 4" in message
-    assert "(plume_static, majority_slow) lacks seed(s) 4" in message
-    assert "(uniform, majority_slow) lacks seed(s) 3" in message
-    assert "(uniform, majority_fast)" not in message
+    for kind in LABELS:
+        assert f"(plume_static, {kind}) lacks seed(s) 4" in message
+        # a kind's task pools both test sets: a run without one of them cannot score it
+        assert f"(uniform, {kind}) lacks seed(s) 3" in message
+    assert "(plume_dynamic," not in message
 
 
 def test_missing_seeds_are_trimmed_with_a_note(tmp_path):
@@ -279,15 +294,15 @@ def test_missing_seeds_are_trimmed_with_a_note(tmp_path):
     inventory = scan_runs(root)
     analysis = analyse(load_scores(inventory), seeds="trim", reps=50, inventory=inventory.runs)
     assert analysis.seeds == [0, 1, 2]
-    assert all(m.shape == (3, 2) for m in analysis.matrices.values())
+    assert all(m.shape == (3, 4) for m in analysis.matrices.values())
     notes = "\n".join(analysis.notes)
-    assert "Seed 3 dropped (trim): (uniform, majority_slow) lacks seed(s) 3 (its completed run " \
-           "has no scores for this task)" in notes
-    assert "Seed 4 dropped (trim): (plume_static, majority_fast) lacks seed(s) 4 (no run " \
+    assert "Seed 3 dropped (trim): (uniform, fast_high-var) lacks seed(s) 3 (its completed run " \
+           "lacks (some of) the test traces of this task)" in notes
+    assert "Seed 4 dropped (trim): (plume_static, fast_high-var) lacks seed(s) 4 (no run " \
            "directory)" in notes
     cells = analysis.cells.set_index(["algorithm", "task"])
-    assert cells.loc[("uniform", "majority_fast"), "runs_found"] == 5
-    assert cells.loc[("uniform", "majority_fast"), "runs_used"] == 3
+    assert cells.loc[("uniform", "fast_high-var"), "runs_found"] == 4  # seed 3 is partial
+    assert cells.loc[("uniform", "fast_high-var"), "runs_used"] == 3
 
 
 def test_a_trimmed_seed_of_a_failed_run_says_it_failed(tmp_path):
@@ -330,7 +345,8 @@ def test_configs_sharing_a_sampler_must_be_grouped_apart(tmp_path):
     # same config_key in two experiments: group by exp_name instead
     analysis = analyse(scores, group_by="exp_name", baseline="other", reps=50)
     assert sorted(analysis.algorithms) == ["other", "synthetic"]
-    assert analysis.poi["scope"].tolist() == ["majority_slow"]
+    assert analysis.poi["scope"].tolist() == ["all tasks", *sorted(LABELS)]
+    assert (analysis.poi["verdict"] == "too few runs").all()  # 2 runs per side
 
 
 # --------------------------------------------------------------------------- real tiny runs
@@ -351,12 +367,144 @@ def test_end_to_end_on_real_tiny_runs(compose_cfg, tmp_path):
     assert (inventory["state"] == "completed").all() and len(inventory) == 4
     assert set(inventory["sampler"]) == {"uniform", "two_class"}
     assert set(inventory["config_key"]) == {"sampler=uniform", "sampler=two_class"}
-    assert result.analysis.tasks == ["majority_slow"] and result.analysis.seeds == [0, 1]
+    info = result.analysis.task_info
+    assert set(info["unit"]) == {"ground-truth kind"} and result.analysis.seeds == [0, 1]
+    assert set(info["test_sets"]) == {"majority_slow"}
+    assert set(result.analysis.tasks) <= set(info["task"])
     assert (result.tables["aggregates"]["n_runs"] == 2).all()
-    assert result.poi["algorithm"].tolist() == ["two_class"]
+    assert set(result.poi["algorithm"]) == {"two_class"}
+    assert (result.poi["verdict"] == "too few runs").all()
     assert result.analysis.progress == [0.0, 0.5, 1.0]
     text = result.report.read_text()
-    assert "two_class" in text and "uniform" in text and "PoI" in text
+    assert "two_class" in text and "uniform" in text and "No verdict: too few runs" in text
     assert set(result.figures) >= {"interval_estimates", "sample_efficiency", "per_kind"}
     assert all(p.stat().st_size > 0 for paths in result.figures.values() for p in paths)
     shutil.copy(result.report, tmp_path / "report_copy.md")  # readable when debugging
+
+
+# --------------------------------------------------------------------------- what a report may claim
+
+
+def _small_sweep(root: Path, n_seeds: int, **kwargs) -> Path:
+    for sampler in SHIFTS:
+        for seed in range(n_seeds):
+            write_run(root, sampler, seed, n_traces=8, **kwargs)
+    return root
+
+
+def test_three_runs_per_side_print_no_interval_and_no_verdict(tmp_path):
+    result = build_report(_small_sweep(tmp_path / "runs", 3), tmp_path / "out", reps=REPS,
+                          figures=False)
+    a = result.analysis
+    assert not a.has_intervals and a.n_verdicts == 0
+    interval_columns = [c for c in a.aggregates if c.endswith(("_lo", "_hi"))]
+    assert a.aggregates[interval_columns].isna().all().all()
+    assert a.poi[["diff_lo", "diff_hi", "lo", "hi", "p_holm"]].isna().all().all()
+    assert set(a.poi["verdict"]) == {"too few runs"}
+    for frame, columns in ((a.breakdowns, ["mean_lo", "mean_hi"]), (a.curves, ["lo", "hi"]),
+                           (a.profiles, ["lo", "hi"])):
+        assert frame[columns].isna().all().all()
+    text = result.report.read_text()
+    answer = text.split("## Answer")[1].split("## Aggregate")[0]
+    assert ("**No verdict: too few runs (3 per sampler; intervals and verdicts need 5, so 2 "
+            "more).** Run 2 more seed(s) of every sampler") in answer
+    assert not re.search(r"beats|is worse than|better|\[", answer)  # no verdict, no interval
+    aggregates = text.split("## Aggregate scores")[1].split("## Methods")[0]
+    assert "[" not in aggregates.split("\n|---")[1]  # table body: points only
+    assert "no verdict: too few runs" in result.summary
+
+
+def test_five_runs_per_side_print_intervals_and_verdicts_with_their_methods(cli_report):
+    text = (cli_report / "report.md").read_text()
+    methods = text.split("## Methods")[1].split("## Tasks")[0]
+    for method in ("Student-t interval over runs", "Welch t interval",
+                   "Holm-Bonferroni over all 10 verdicts of this report",
+                   "rliable's stratified percentile bootstrap (200 reps)",
+                   "rliable's stratified independent bootstrap (200 reps)",
+                   "no interval and no verdict from fewer than 5 runs per side",
+                   "the earlier convention was 3"):
+        assert method in methods, method
+    # the measured coverage the report prints is the one the simulation tests re-measure
+    assert (f"{MEASURED_COVERAGE['bootstrap_iqm'][5]:.2f} at n = 5, "
+            f"{MEASURED_COVERAGE['bootstrap_iqm'][10]:.2f} at n = 10") in methods
+    header = text.split("## Aggregate scores")[1].split("\n")[2]
+    assert "IQM [95% bootstrap]" in header and "mean [95% t]" in header
+    assert re.search(r"\| 1 \| plume_dynamic \| 5 \| 4 \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \|", text)
+    comparisons = text.split("## Comparisons with the baseline")[1].split("##")[0]
+    assert "difference of means [95% Welch t]" in comparisons and "degenerate" in comparisons
+
+
+def test_verdicts_are_holm_corrected_over_the_whole_report(cli_report):
+    poi = pd.read_csv(cli_report / "tables" / "probability_of_improvement.csv")
+    assert len(poi) == 10  # 2 samplers x (all tasks + 4 kinds)
+    assert np.allclose(poi["p_holm"], holm(poi["p_value"].to_numpy()))
+    assert (poi["p_holm"] >= poi["p_value"]).all()
+    significant = poi["p_holm"] < 0.05
+    assert (poi.loc[significant, "verdict"].isin(["better", "worse"])).all()
+    assert (poi.loc[~significant, "verdict"] == "no significant difference").all()
+    # plume_static's planted 0.03 is below what 5 runs resolve after correction
+    static = poi[poi["algorithm"] == "plume_static"]
+    assert (static["verdict"] == "no significant difference").all()
+    assert (static["p_value"] < static["p_holm"]).all()
+
+
+def test_a_one_seed_report_never_says_worse(tmp_path):
+    for sampler, shift in (("uniform", 0.5), ("plume_dynamic", 0.0)):
+        write_run(tmp_path, sampler, 0, shift=shift, n_traces=8)
+    result = build_report(tmp_path, tmp_path / "out", reps=50, figures=False)
+    assert set(result.poi["verdict"]) == {"too few runs"}
+    assert not re.search(r"\bworse\b|\bbeats\b", "\n".join(result.answers))
+
+
+def test_saturated_kinds_are_listed_and_left_out_of_the_comparisons(tmp_path):
+    """Every sampler scores the ceiling on the fast kinds (as on TraceBench): those tasks
+    cannot separate samplers, so only the slow kinds are compared."""
+    ceiling = {"fast_low-var": 6.0, "fast_high-var": 6.0}
+    root = _small_sweep(tmp_path / "runs", 5, fixed=ceiling)
+    result = build_report(root, tmp_path / "out", reps=REPS, figures=False)
+    a = result.analysis
+    assert a.tasks == ["slow_high-var", "slow_low-var"]
+    assert a.saturated == {"fast_high-var": 1.0, "fast_low-var": 1.0}
+    assert all(m.shape == (5, 2) for m in a.matrices.values())
+    assert set(a.poi["scope"]) == {"all tasks", "slow_high-var", "slow_low-var"}
+    roles = a.task_info.set_index("task")["role"]
+    assert roles["fast_low-var"] == "saturated" and roles["slow_low-var"] == "compared"
+    text = result.report.read_text()
+    assert "- `fast_low-var`: ground-truth kind of env `tracebench`, trained on " \
+           "`majority_fast`, traces from test set(s) majority_fast, majority_slow: saturated " \
+           "(every run scores 1.000), left out" in text
+    assert "Saturated task(s) left out of the comparisons" in text
+    kinds = a.breakdowns[a.breakdowns["grouping"] == "label"].set_index(["group", "algorithm"])
+    assert kinds.loc[("fast_low-var", "uniform"), "saturated"]
+
+
+def test_a_kind_is_one_task_pooled_over_the_test_sets_that_hold_it(tmp_path):
+    """Per run, a kind's score is the mean over its traces of every test set (by hand)."""
+    scores = load_scores(scan_runs(_small_sweep(tmp_path / "runs", 2)))
+    analysis = analyse(scores, reps=50)
+    scores = normalise(scores)
+    final = scores[(scores["progress"] == 1.0) & (scores["sampler"] == "uniform")]
+    expected = final[final["label"] == "slow_low-var"].groupby("seed")["score"].mean()
+    column = analysis.tasks.index("slow_low-var")
+    assert np.allclose(analysis.matrices["uniform"][:, column], expected.to_numpy())
+    assert set(analysis.task_info["test_sets"]) == {"majority_fast, majority_slow"}
+
+
+def test_without_kinds_tasks_are_clusters_and_without_clusters_test_sets(tmp_path):
+    clustered = analyse(load_scores(scan_runs(_small_sweep(
+        tmp_path / "c", 2, labelled=False, clusters=True))), reps=50)
+    assert clustered.tasks == ["cluster 0", "cluster 1", "cluster 2", "cluster 3"]
+    assert set(clustered.task_info["unit"]) == {"cluster"}
+    plain = analyse(load_scores(scan_runs(_small_sweep(tmp_path / "p", 2, labelled=False))),
+                    reps=50)
+    assert plain.tasks == list(TEST_SETS) and set(plain.task_info["unit"]) == {"test set"}
+
+
+def test_cluster_breakdowns_name_the_kinds_they_hold(tmp_path):
+    analysis = analyse(load_scores(scan_runs(_small_sweep(tmp_path, 2, clusters=True))),
+                       reps=50)
+    clusters = analysis.breakdowns[analysis.breakdowns["grouping"] == "cluster"]
+    members = dict(zip(clusters["group"], clusters["members"]))
+    assert members == {str(i): f"{kind} 100%" for i, kind in enumerate(LABELS)}
+    kinds = analysis.breakdowns[analysis.breakdowns["grouping"] == "label"]
+    assert dict(zip(kinds["group"], kinds["members"]))["slow_low-var"] == "cluster 2 100%"

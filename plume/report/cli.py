@@ -6,9 +6,11 @@
 
 Writes into ``--out``:
 
-* ``report.md``: what was pooled (runs per cell, normalisation, seeds dropped and why), the
-  failed and unfinished runs (listed, never pooled), the answer per sampler and task
-  ("X beats uniform on <task>: PoI p [lo, hi]; the CI excludes 0.5"), tables, figure links;
+* ``report.md``: the answer per sampler and scope (a verdict only from 5 runs per side, Holm-
+  corrected, beside its effect sizes: difference of means and probability of improvement with
+  their intervals), the method of every interval with its measured coverage, which tasks were
+  compared and why, what was pooled (runs per cell, normalisation, seeds dropped and why), the
+  failed and unfinished runs (listed, never pooled), tables, figure links;
 * ``tables/<name>.csv`` (full precision), ``.md`` and ``.tex`` (booktabs);
 * ``figures/<name>.png`` and ``.pdf``.
 
@@ -27,11 +29,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from plume.report.comparisons import METRICS, TOO_FEW
+from plume.report.inference import (
+    ALPHA,
+    COVERAGE_REPETITIONS,
+    MEASURED_COVERAGE,
+    MIN_RUNS,
+    coverage_text,
+)
 from plume.report.runs import CONTROLLER, RunInventory, RunScanError, load_scores, scan_runs
 from plume.report.stats import (
     DEFAULT_REPS,
-    METRICS,
     PAPER_AGGREGATE_REPS,
+    RULE_TEXT,
     Analysis,
     Normalisation,
     ReportStatsError,
@@ -163,39 +173,52 @@ def _tables(inventory: RunInventory, analysis: Analysis) -> dict[str, pd.DataFra
     return {name: frame for name, frame in tables.items() if not frame.empty}
 
 
-def _ci(frame: pd.DataFrame, point: str, lo: str, hi: str) -> pd.Series:
-    return pd.Series([f"{p:.3f} [{a:.3f}, {b:.3f}]" for p, a, b in
-                      zip(frame[point], frame[lo], frame[hi])], index=frame.index, dtype=object)
+def _ci(frame: pd.DataFrame, point: str, lo: str, hi: str, fmt: str = ".3f") -> pd.Series:
+    """'0.897 [0.896, 0.899]', or the point alone where there is no interval."""
+    cells = [f"{p:{fmt}}" if np.isnan(a) else f"{p:{fmt}} [{a:{fmt}}, {b:{fmt}}]"
+             for p, a, b in zip(frame[point], frame[lo], frame[hi])]
+    return pd.Series(cells, index=frame.index, dtype=object)
+
+
+#: Table header of each aggregate metric: its interval's method.
+METRIC_HEADERS = {"IQM": "IQM [95% bootstrap]", "mean": "mean [95% t]",
+                  "median": "median [95% bootstrap]", "optimality_gap": "optimality gap [95% t]"}
 
 
 def _display(name: str, frame: pd.DataFrame) -> pd.DataFrame:
-    """The human-readable form of a table (estimates with their CIs in one cell)."""
+    """The human-readable form of a table (estimates with their CIs in one cell, the method
+    in the header)."""
     if name == "aggregates":
         shown = frame[["rank", "algorithm", "n_runs", "n_tasks"]].copy()
         for metric in METRICS:
-            shown[metric.replace("_", " ")] = _ci(frame, metric, f"{metric}_lo", f"{metric}_hi")
+            shown[METRIC_HEADERS[metric]] = _ci(frame, metric, f"{metric}_lo", f"{metric}_hi")
         return shown
     if name == "probability_of_improvement":
         shown = frame[["algorithm", "baseline", "scope", "n_runs", "n_runs_baseline"]].copy()
-        shown["P(X > baseline) [95% CI]"] = _ci(frame, "poi", "lo", "hi")
-        shown["CI excludes 0.5"] = frame["ci_excludes_half"].map({True: "yes", False: "no"})
+        shown["difference of means [95% Welch t]"] = _ci(frame, "diff", "diff_lo", "diff_hi",
+                                                         "+.3f")
+        shown["Holm-adjusted p"] = frame["p_holm"].map(
+            lambda p: "" if np.isnan(p) else f"{p:.2g}").astype(object)
+        poi = _ci(frame, "poi", "lo", "hi")
+        shown["P(X > baseline) [95% bootstrap]"] = poi.where(~frame["poi_degenerate"].astype(
+            bool), poi + " degenerate")
         shown["verdict"] = frame["verdict"]
         return shown
     if name == "breakdowns":
-        shown = frame[["grouping", "group", "algorithm", "n_runs", "n_tasks", "n_traces"]].copy()
-        shown["IQM [95% CI]"] = _ci(frame, "IQM", "IQM_lo", "IQM_hi")
-        shown["mean [95% CI]"] = _ci(frame, "mean", "mean_lo", "mean_hi")
+        shown = frame[["grouping", "group", "members", "algorithm", "n_runs", "n_traces"]].copy()
+        shown["mean [95% t]"] = _ci(frame, "mean", "mean_lo", "mean_hi")
+        shown["saturated"] = frame["saturated"].map({True: "yes", False: ""})
         return shown
     if name == "sample_efficiency":
         shown = frame[["scope", "algorithm", "progress", "n_runs"]].copy()
         shown["progress"] = [f"{p:.0%}" for p in frame["progress"]]
-        shown["IQM [95% CI]"] = _ci(frame, "IQM", "lo", "hi")
+        shown["IQM [95% bootstrap]"] = _ci(frame, "IQM", "lo", "hi")
         return shown
     if name == "profiles":  # 101 thresholds per algorithm: every 10th in the md/tex form
         taus = sorted(frame["tau"].unique())[::10]
         shown = frame[frame["tau"].isin(taus)].copy()
-        shown["fraction [95% CI]"] = _ci(shown, "fraction", "lo", "hi")
-        return shown[["algorithm", "tau", "fraction [95% CI]"]]
+        shown["fraction [95% bootstrap]"] = _ci(shown, "fraction", "lo", "hi")
+        return shown[["algorithm", "tau", "fraction [95% bootstrap]"]]
     return frame
 
 
@@ -285,82 +308,161 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
     a = analysis
     counts = inventory.counts()
     n_pooled = sum(len(v) for v in a.run_dirs.values())
-    excluded = inventory.excluded
     lines = [
         "# Plume report",
         "",
         f"Pooled **{n_pooled} completed runs** ({len(a.algorithms)} {a.group_label} value(s) x "
-        f"{a.n_runs} seed(s) x {len(a.tasks)} task(s)) out of {len(inventory)} run "
+        f"{a.n_runs} seed(s); {len(a.tasks)} compared task(s)) out of {len(inventory)} run "
         f"directories found under " + ", ".join(f"`{p}`" for p in paths) + ". "
         + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".",
         "",
         f"Grouping: `{a.group_label}`; baseline: `{a.baseline}`; seeds: {a.runs_text()} "
         f"(seeds {', '.join(map(str, a.seeds))}); final scores at progress "
-        f"{a.final_progress:.0%}; 95% percentile stratified bootstrap CIs (rliable), "
-        f"{a.reps['aggregates']} reps for aggregates, {a.reps['poi']} for probability of "
-        f"improvement, profiles and curves; bootstrap seed {a.seed}"
-        + (" (--paper)" if paper else "") + ".",
+        f"{a.final_progress:.0%}; bootstrap seed {a.seed}" + (" (--paper)" if paper else "")
+        + ". Every interval's method and measured coverage: see Methods.",
         "",
-        "## Answer",
-        "",
-    ]
-    if a.poi.empty:
-        lines.append(f"No probability of improvement: baseline `{a.baseline}` "
-                     + ("not set." if a.baseline is None else "is the only algorithm pooled."))
-    lines += [f"- {sentence}" for sentence in a.answers()]
-    best = a.aggregates.iloc[0]
-    lines += [
-        "",
-        ("Ranking by final IQM (point estimates; see the CIs below): " + a.ranking_text()
-         + f" (first: {best['algorithm']}, IQM {best['IQM']:.3f} "
-         f"[{best['IQM_lo']:.3f}, {best['IQM_hi']:.3f}])."),
-        "",
-        "## Aggregate scores (final, normalised)",
+        *_answer_lines(a),
+        "## Aggregate scores (final, normalised, compared tasks)",
         "",
         to_markdown(_display("aggregates", a.aggregates)),
+        *_methods_lines(a),
+        *_task_lines(a),
         "## What was pooled",
         "",
-        ("Tasks (test traces are averaged within each run and task first, so runs are the "
-         "replication unit):"),
+        "Normalisation:",
         "",
+        *[f"- {norm.text(env)}" for env, norm in a.normalisations.items()],
+        "",
+        "Runs per cell (found / used):",
+        "",
+        to_markdown(a.cells),
     ]
-    for row in a.task_info.itertuples():
-        lines.append(f"- `{row.task}`: env `{row.env}`, trained on `{row.dataset}`, "
-                     f"tested on `{row.test_set}`")
-    lines += ["", "Normalisation:", ""]
-    lines += [f"- {norm.text(env)}" for env, norm in a.normalisations.items()]
-    lines += ["", "Runs per cell (found / used):", "", to_markdown(a.cells)]
     if a.notes:
         lines += ["Notes:", ""] + [f"- {note}" for note in a.notes] + [""]
-    lines += ["## Failed and unfinished runs (listed, not pooled)", ""]
-    if excluded.empty:
-        lines += ["None.", ""]
-    else:
-        shown = excluded[["state", "sampler", "seed", "config_key", "error", "run_dir"]].copy()
-        shown["error"] = shown["error"].map(lambda e: _clip(e) if isinstance(e, str) else "")
-        lines += [to_markdown(shown)]
+    lines += _excluded_lines(inventory.excluded)
     if "controllers" in tables:
         lines += ["## Classic controllers (plume-eval; deterministic references, not pooled)",
                   "", ("Mean over the test traces of each test set: the env's raw score and "
                        "the same normalisation as above."), "",
                   to_markdown(tables["controllers"])]
-    lines += ["## Probability of improvement", ""]
-    if a.poi.empty:
-        lines += ["None computed.", ""]
-    else:
-        lines += [to_markdown(_display("probability_of_improvement", a.poi))]
-    lines += ["## Scores per task, kind and cluster (mean over runs, no bootstrap)", "",
-              to_markdown(a.task_scores)]
+    lines += ["## Comparisons with the baseline", ""]
+    lines += ([to_markdown(_display("probability_of_improvement", a.poi))] if not a.poi.empty
+              else ["None computed.", ""])
+    lines += [("## Scores per task, and per kind and cluster within each test set (mean over "
+              "runs, no interval)"), "", to_markdown(a.task_scores)]
     if not a.breakdowns.empty:
-        lines += ["## Per kind / per cluster (IQM and mean with 95% CIs)", "",
-                  "Tasks are the test sets that hold the kind (or cluster).", "",
+        lines += ["## Per test set, kind and cluster (mean with 95% Student-t interval)", "",
+                  ("Each group pools its traces from every test set that holds it (one value "
+                   "per run); `members` is what its test traces are made of."), "",
                   to_markdown(_display("breakdowns", a.breakdowns))]
-    lines += ["## Sample efficiency (IQM over all tasks)", ""]
+    lines += _curve_lines(a) + _file_lines(figures, table_files, out)
+    return "\n".join(lines) + "\n"
+
+
+def _answer_lines(a: Analysis) -> list[str]:
+    """The verdicts (or why there are none), then the ranking."""
+    lines = ["## Answer", ""]
+    if not a.has_intervals:
+        more = MIN_RUNS - a.n_runs
+        lines += [(f"**No verdict: {a.too_few_text()}.** Run {more} more seed(s) of every "
+                  f"{a.group_label} (e.g. `seed='range({MIN_RUNS})'`); until then the numbers "
+                  "below are point estimates, not evidence of a difference."), ""]
+    elif not a.poi.empty:
+        lines += [(f"Verdicts: Welch's t-test of the difference of mean normalised scores, "
+                  f"Holm-Bonferroni over the {a.n_verdicts} verdicts below (family-wise error "
+                  f"{ALPHA:.0%}); each carries that difference with its 95 % Welch t interval "
+                  "and the probability of improvement (PoI) with its bootstrap interval. "
+                  f"Tasks: see Tasks ({len(a.tasks)} compared)."), ""]
+    if a.poi.empty:
+        lines.append(f"No comparison: baseline `{a.baseline}` "
+                     + ("not set." if a.baseline is None else "is the only algorithm pooled."))
+    lines += [f"- {sentence}" for sentence in a.answers()]
+    best = a.aggregates.iloc[0]
+    interval = ("" if np.isnan(best["IQM_lo"]) else
+                f" [{best['IQM_lo']:.3f}, {best['IQM_hi']:.3f}]")
+    lines += ["", ("Ranking by final IQM (point estimates, not a verdict): " + a.ranking_text()
+                   + f" (first: {best['algorithm']}, IQM {best['IQM']:.3f}{interval})."), ""]
+    return lines
+
+
+def _methods_lines(a: Analysis) -> list[str]:
+    """How every interval and verdict of the report is computed, with the coverage of each
+    nominal 95 % interval measured by simulation (plume.report.inference.MEASURED_COVERAGE,
+    re-measured by the tests)."""
+    reps = a.reps
+    at_three = MEASURED_COVERAGE["percentile_bootstrap_mean"][3]
+    at_five = MEASURED_COVERAGE["percentile_bootstrap_mean"][MIN_RUNS]
+    state = ("intervals and verdicts stated" if a.has_intervals
+             else f"{a.too_few_text()}: point estimates only")
+    family = (f"all {a.n_verdicts} verdicts of this report" if a.n_verdicts
+              else "the verdicts of a report (none here)")
+    return [
+        "## Methods",
+        "",
+        (f"Coverage below is of a nominal 95 % interval, measured by simulation "
+        f"({COVERAGE_REPETITIONS} repetitions each)."),
+        "",
+        (f"- **Minimum runs**: no interval and no verdict from fewer than {MIN_RUNS} runs per "
+         f"side (the earlier convention was 3: at 3 runs a percentile bootstrap interval of a "
+         f"mean is about the min-max range of the runs and covers {at_three:.2f}, and a PoI "
+         "is 1.00 [1.00, 1.00] whenever the runs are ordered). This report: "
+         f"{a.runs_text()}, {state}."),
+        ("- **Runs are the replication unit**: test traces are averaged within each run and "
+         "task first; a run's score on several tasks is its average over them."),
+        ("- **Mean, optimality gap, per-group means**: Student-t interval over runs; coverage "
+         f"{coverage_text('t_mean_normal')}; {coverage_text('t_mean_skewed')}. (A percentile "
+         f"bootstrap would cover {at_five:.2f} at n = {MIN_RUNS}.)"),
+        ("- **Difference of means** (the effect size of every verdict, normalised score): "
+         f"Welch t interval; coverage {coverage_text('welch_difference')}."),
+        (f"- **Verdicts**: Welch's t-test of that difference, Holm-Bonferroni over {family} "
+         f"(family-wise error {ALPHA:.2f}): 'better' or 'worse' when the Holm-adjusted "
+         f"p < {ALPHA}, else 'no significant difference'; '{TOO_FEW}' below {MIN_RUNS} runs "
+         "per side."),
+        (f"- **IQM and median**: rliable's stratified percentile bootstrap "
+         f"({reps['aggregates']} reps), short of 95 % at these run counts: coverage "
+         f"{coverage_text('bootstrap_iqm')}."),
+        (f"- **Probability of improvement (PoI)**: rliable's stratified independent bootstrap "
+         f"({reps['poi']} reps); coverage {coverage_text('bootstrap_poi')}, and for a large "
+         f"effect {coverage_text('bootstrap_poi_large_effect')}. When every run of one side "
+         "beats every run of the other the interval is a single point (marked degenerate): "
+         "it shows no uncertainty; read the difference of means instead."),
+        (f"- **Performance profiles and sample-efficiency curves**: rliable's stratified "
+         f"bootstrap bands ({reps['profiles']} reps), with the same shortfall; none below "
+         f"{MIN_RUNS} runs."),
+        "",
+    ]
+
+
+def _task_lines(a: Analysis) -> list[str]:
+    lines = ["## Tasks", "", RULE_TEXT, ""]
+    for row in a.task_info.itertuples():
+        role = ("compared" if row.role == "compared" else
+                f"saturated (every run scores {row.saturated_at:.3f}), left out")
+        lines.append(f"- `{row.task}`: {row.unit} of env `{row.env}`, trained on "
+                     f"`{row.dataset}`, traces from test set(s) {row.test_sets}: {role}")
+    return lines + [""]
+
+
+def _excluded_lines(excluded: pd.DataFrame) -> list[str]:
+    lines = ["## Failed and unfinished runs (listed, not pooled)", ""]
+    if excluded.empty:
+        return lines + ["None.", ""]
+    shown = excluded[["state", "sampler", "seed", "config_key", "error", "run_dir"]].copy()
+    shown["error"] = shown["error"].map(lambda e: _clip(e) if isinstance(e, str) else "")
+    return lines + [to_markdown(shown)]
+
+
+def _curve_lines(a: Analysis) -> list[str]:
     curve = a.curves[a.curves["n_tasks"] == len(a.tasks)]
     pivot = curve.pivot(index="progress", columns="algorithm", values="IQM")[a.algorithms]
     pivot.index = [f"{p:.0%}" for p in pivot.index]
-    lines += [to_markdown(pivot.reset_index(names="progress"))]
-    lines += ["## Figures", ""]
+    return ["## Sample efficiency (IQM over the compared tasks)", "",
+            to_markdown(pivot.reset_index(names="progress"))]
+
+
+def _file_lines(figures: dict[str, list[Path]], table_files: dict[str, list[Path]],
+                out: Path) -> list[str]:
+    lines = ["## Figures", ""]
     if not figures:
         lines += ["Not drawn (figures=False).", ""]
     for name, files in figures.items():
@@ -372,7 +474,7 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
     for name, files in table_files.items():
         lines.append(f"- {name}: " + ", ".join(f"[{p.suffix[1:]}]({_rel(p, out)})"
                                                for p in files))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _summary(inventory: RunInventory, analysis: Analysis, answers: list[str],
@@ -380,9 +482,10 @@ def _summary(inventory: RunInventory, analysis: Analysis, answers: list[str],
     excluded = inventory.excluded
     lines = [
         (f"pooled {sum(len(v) for v in analysis.run_dirs.values())} completed runs "
-         f"({analysis.runs_text()}, {len(analysis.tasks)} task(s)); "
+         f"({analysis.runs_text()}, {len(analysis.tasks)} compared task(s)); "
          f"{len(excluded)} failed/unfinished run(s) listed, not pooled"),
-        "ranking by final IQM: " + analysis.ranking_text(),
+        "ranking by final IQM (point estimates): " + analysis.ranking_text(),
+        *([] if analysis.has_intervals else [f"no verdict: {analysis.too_few_text()}"]),
         *answers[: 2 * max(1, len(analysis.algorithms))],
         *[f"note: {n}" for n in analysis.notes],
         f"report: {report}",

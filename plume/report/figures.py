@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 
-
-
 def save_figure(fig, stem: str | Path) -> list[Path]:
     """Write ``stem``.png and ``stem``.pdf, close the figure, return both paths."""
     import matplotlib.pyplot as plt

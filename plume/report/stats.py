@@ -1,24 +1,26 @@
-"""Statistics of a report: normalisation, score matrices, rliable interval estimates.
+"""Statistics of a report: normalisation, tasks, score matrices, and the analysis that puts
+them together.
 
 The protocol follows rliable's pitfalls (Agarwal et al. 2021; reference/ecosystem.md §1.4,
-§4.10):
+§4.10) and states no more than the runs support:
 
 * **Normalise per task, explicitly.** Each environment has one documented
   ``Normalisation(floor, ceiling, description)``; the text goes into the report.
 * **Runs are the replication unit.** Test traces are averaged *within* (run, task) first, so a
   score matrix is ``(n_runs, n_tasks)`` with seeds on axis 0 and tasks on axis 1; traces never
   land on the runs axis (that makes CIs far too narrow).
-* **Tasks** are the test sets of an environment: ``(env, test_set)``; when the pooled runs were
-  trained on several datasets, the training dataset is part of the task (a seed trained on
-  Majority Fast and one trained on Balanced are different tasks, not replications). Per-kind
-  tasks ``(env, test_set, label)`` and per-cluster tasks give the breakdowns.
+* **Tasks are honestly separate** (``plume.report.tasks``): ground-truth kinds, else clusters,
+  else test sets, pooled across test sets; saturated tasks are listed and left out of the
+  comparisons. When the runs were trained on several datasets the dataset is part of the task.
 * **Rectangular matrices, no NaN.** Missing seeds are either trimmed (keep the seeds common to
   every algorithm and task; the dropped seeds and the cells that lacked them are reported) or
   refused (``SeedMismatchError`` naming every cell and its missing seeds).
-* **Reproducible bootstrap.** rliable ignores ``random_state`` and draws from the global NumPy
-  RNG, so every rliable call goes through ``seeded`` (seed right before the call, restore the
-  caller's global state after), one call per algorithm: an algorithm's CI does not depend on
-  which other algorithms are in the report.
+* **Intervals that cover** (``plume.report.inference``): Student t / Welch t for means and
+  their differences, rliable's stratified bootstrap for IQM, median and probability of
+  improvement with its measured coverage stated; none below ``MIN_RUNS`` runs per side.
+* **Verdicts are corrected** for multiplicity (Holm-Bonferroni over one report) and carry
+  their effect sizes (``plume.report.comparisons``).
+* **Reproducible bootstrap.** Every rliable call is seeded (``plume.report.bootstrap``).
 
 An "algorithm" is a value of the grouping key (default ``sampler``; ``config_key`` when several
 configurations share a sampler; or several columns such as ``["algo", "sampler"]``).
@@ -27,21 +29,46 @@ configurations share a sampler; or several columns such as ``["algo", "sampler"]
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
+from plume.report.bootstrap import (
+    aggregate_metrics,
+    interval_estimates,
+    iqm,
+    iqm_per_frame,
+    performance_profiles,
+    probability_of_improvement,
+    seeded,
+)
+from plume.report.comparisons import (
+    ALL_TASKS,
+    METRICS,
+    aggregates_table,
+    comparisons_table,
+    ranking_text,
+    scopes,
+    verdict_sentence,
+)
+from plume.report.inference import MIN_RUNS, enough_runs, mean_interval, too_few_text
 from plume.report.runs import read_score_file
+from plume.report.tasks import (
+    RULE_TEXT,
+    assign_tasks,
+    complete_cells,
+    composition,
+    prefixes,
+    saturated_tasks,
+    task_table,
+)
 
 #: Bootstrap repetitions: tests use a few hundred; ``--paper`` uses 50000 for the aggregates.
 DEFAULT_REPS = 2000
 PAPER_AGGREGATE_REPS = 50_000
-METRICS = ["IQM", "mean", "median", "optimality_gap"]
 
 
 class ReportStatsError(ValueError):
@@ -166,96 +193,6 @@ def normalisation_texts(frame: pd.DataFrame,
     return texts
 
 
-# --------------------------------------------------------------------------- rliable wrapper
-
-
-def seeded(call: Callable[..., Any], seed: int, *args: Any, **kwargs: Any) -> Any:
-    """``call(*args, **kwargs)`` right after ``np.random.seed(seed)``; the caller's global RNG
-    state is restored afterwards. rliable's bootstrap ignores ``random_state`` and draws with
-    ``np.random.choice`` (ecosystem.md §1.4), so this is the only way to make it reproducible."""
-    state = np.random.get_state()
-    try:
-        np.random.seed(seed)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # arch 7: random_state deprecated
-            return call(*args, **kwargs)
-    finally:
-        np.random.set_state(state)
-
-
-def interval_estimates(score_dict: Mapping[str, Any], func: Callable[..., np.ndarray], *,
-                       reps: int, seed: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """``rliable.library.get_interval_estimates`` (95 % percentile stratified bootstrap), one
-    seeded call per key. A value that is a tuple of arrays uses rliable's
-    ``StratifiedIndependentBootstrap`` (each array resampled on its own, e.g. for probability
-    of improvement). Returns (point estimates, intervals of shape (2, n_outputs))."""
-    from rliable import library
-
-    points, intervals = {}, {}
-    for key, value in score_dict.items():
-        point, interval = seeded(library.get_interval_estimates, seed, {key: value}, func,
-                                 reps=reps, confidence_interval_size=0.95)
-        points[key] = np.atleast_1d(np.asarray(point[key], dtype=float))
-        intervals[key] = np.asarray(interval[key], dtype=float).reshape(2, -1)
-    return points, intervals
-
-
-def iqm(scores: np.ndarray) -> float:
-    """Interquartile mean over all runs x tasks: ``scipy.stats.trim_mean(scores, 0.25)``."""
-    return float(sps.trim_mean(np.asarray(scores, dtype=float), 0.25, axis=None))
-
-
-def aggregate_metrics(scores: np.ndarray) -> np.ndarray:
-    """[IQM, mean, median, optimality gap (gamma = 1, the normalised ceiling)] of a matrix."""
-    from rliable import metrics
-
-    return np.array([
-        metrics.aggregate_iqm(scores),
-        metrics.aggregate_mean(scores),
-        metrics.aggregate_median(scores),
-        metrics.aggregate_optimality_gap(scores, 1.0),
-    ])
-
-
-def _iqm_and_mean(scores: np.ndarray) -> np.ndarray:
-    from rliable import metrics
-
-    return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
-
-
-def _iqm_per_frame(scores: np.ndarray) -> np.ndarray:
-    """IQM at each point of the last axis of a (runs, tasks, frames) array (as rliable's
-    sample-efficiency example, vectorised: identical to ``aggregate_iqm(scores[..., i])``)."""
-    return sps.trim_mean(scores.reshape(-1, scores.shape[-1]), 0.25, axis=0)
-
-
-def probability_of_improvement(x: np.ndarray, y: np.ndarray, *, reps: int,
-                               seed: int) -> tuple[float, float, float]:
-    """P(X > Y) averaged over tasks (rliable's Mann-Whitney form) with a 95 % CI from the
-    stratified *independent* bootstrap (X and Y resampled separately; run counts may differ)."""
-    from rliable import metrics
-
-    points, intervals = interval_estimates(
-        {"pair": (x, y)}, metrics.probability_of_improvement, reps=reps, seed=seed)
-    return float(points["pair"][0]), float(intervals["pair"][0, 0]), float(intervals["pair"][1, 0])
-
-
-def performance_profiles(matrices: Mapping[str, np.ndarray], taus: np.ndarray, *, reps: int,
-                         seed: int) -> pd.DataFrame:
-    """Score distributions (fraction of runs x tasks with score > tau) with 95 % CIs, via
-    ``rliable.library.create_performance_profile``; one row per (algorithm, tau)."""
-    from rliable import library
-
-    rows = []
-    for name, matrix in matrices.items():
-        profile, cis = seeded(library.create_performance_profile, seed, {name: matrix}, taus,
-                              reps=reps)
-        low, high = np.asarray(cis[name]).reshape(2, -1)
-        rows += [{"algorithm": name, "tau": float(t), "fraction": float(p), "lo": float(lo),
-                  "hi": float(hi)} for t, p, lo, hi in zip(taus, profile[name], low, high)]
-    return pd.DataFrame(rows, columns=["algorithm", "tau", "fraction", "lo", "hi"])
-
-
 # --------------------------------------------------------------------------- score matrices
 
 
@@ -369,25 +306,26 @@ def seed_policy(cells: pd.DataFrame, policy: str, *, group_label: str = "algorit
 @dataclass
 class Analysis:
     """Everything a report states, as plain tables. Scores are normalised (see
-    ``normalisations``); ``matrices`` hold the final-progress scores."""
+    ``normalisations``); ``matrices`` hold the final-progress scores of the compared tasks."""
 
     group_by: list[str]
     group_label: str
     baseline: str | None
     algorithms: list[str]            # ranked by final IQM, best first
-    tasks: list[str]
-    task_info: pd.DataFrame          # task, env, dataset, test_set
+    tasks: list[str]                 # the compared tasks: the columns of every matrix
+    task_info: pd.DataFrame          # every task: unit, test sets, role (compared/saturated)
+    saturated: dict[str, float]      # saturated task -> the score every run has on it
     seeds: list[int]                 # rows of every matrix
     final_progress: float
     progress: list[float]            # the sample-efficiency grid
     matrices: dict[str, np.ndarray]  # {algorithm: (n_runs, n_tasks)} at final_progress
     cells: pd.DataFrame              # runs found / used per (algorithm, task)
     aggregates: pd.DataFrame
-    poi: pd.DataFrame
+    poi: pd.DataFrame                # comparisons with the baseline: effect sizes, verdicts
     profiles: pd.DataFrame
     curves: pd.DataFrame
-    breakdowns: pd.DataFrame         # per kind / per cluster: IQM and mean with CIs
-    task_scores: pd.DataFrame        # mean per (algorithm, task[, kind]) without bootstrap
+    breakdowns: pd.DataFrame         # per test set / kind / cluster: mean with its interval
+    task_scores: pd.DataFrame        # mean per (algorithm, task[, kind]) without intervals
     normalisations: dict[str, Any]  # env -> Normalisation or RecordedNormalisation (.text)
     notes: list[str]
     reps: dict[str, int]
@@ -398,38 +336,30 @@ class Analysis:
     def n_runs(self) -> int:
         return len(self.seeds)
 
+    @property
+    def has_intervals(self) -> bool:
+        """Whether the runs suffice (MIN_RUNS per side) for intervals and verdicts."""
+        return enough_runs(self.n_runs)
+
+    @property
+    def n_verdicts(self) -> int:
+        """How many verdicts the report states: the size of the Holm-Bonferroni family."""
+        return int(self.poi["p_value"].notna().sum()) if not self.poi.empty else 0
+
     def runs_text(self) -> str:
         """"n = 5 runs per sampler" (what every figure states)."""
         return f"n = {self.n_runs} run{'s' if self.n_runs != 1 else ''} per {self.group_label}"
+
+    def too_few_text(self) -> str:
+        """'too few runs (3 per sampler; intervals and verdicts need 5, so 2 more)'."""
+        return too_few_text(self.n_runs, self.group_label)
 
     def ranking_text(self) -> str:
         return ranking_text(self.aggregates)
 
     def answers(self) -> list[str]:
-        return [poi_sentence(row, self.baseline) for row in self.poi.itertuples(index=False)]
-
-
-def ranking_text(aggregates: pd.DataFrame) -> str:
-    """"a > b = c" by IQM point estimate ("=" for equal estimates)."""
-    parts = [str(aggregates["algorithm"].iloc[0])]
-    for i in range(1, len(aggregates)):
-        same = np.isclose(aggregates["IQM"].iloc[i], aggregates["IQM"].iloc[i - 1],
-                          rtol=0, atol=1e-12)
-        parts.append(("= " if same else "> ") + str(aggregates["algorithm"].iloc[i]))
-    return " ".join(parts)
-
-
-def poi_sentence(row: Any, baseline: str | None) -> str:
-    """"X beats uniform on <task>: PoI 0.93 [0.81, 1.00]; the CI excludes 0.5." and its
-    negative forms."""
-    stats = f"PoI {row.poi:.2f} [{row.lo:.2f}, {row.hi:.2f}]"
-    if row.lo > 0.5:
-        return f"{row.algorithm} beats {baseline} on {row.scope}: {stats}; the CI excludes 0.5."
-    if row.hi < 0.5:
-        return (f"{row.algorithm} does not beat {baseline} on {row.scope} ({baseline} is "
-                f"better): {stats}; the CI excludes 0.5.")
-    return (f"{row.algorithm} does not clearly beat {baseline} on {row.scope}: {stats}; the CI "
-            "includes 0.5 (no significant difference).")
+        return [verdict_sentence(row, self.n_verdicts)
+                for row in self.poi.itertuples(index=False)]
 
 
 def analyse(
@@ -447,11 +377,11 @@ def analyse(
 ) -> Analysis:
     """The whole statistical content of a report from ``load_scores`` output.
 
-    ``reps`` bootstrap repetitions for probability of improvement, profiles, curves and
-    breakdowns; ``aggregate_reps`` (default ``reps``) for the IQM/mean/median/optimality-gap
-    interval estimates; ``seed`` seeds every bootstrap. ``inventory`` (``RunInventory.runs``)
-    lets a trimmed seed be explained ("run failed: ..."). Raises ``ReportStatsError`` when
-    nothing can be pooled, the baseline is absent, or (``seeds="refuse"``) seeds differ."""
+    ``reps`` bootstrap repetitions for probability of improvement, profiles and curves;
+    ``aggregate_reps`` (default ``reps``) for the IQM/median interval estimates; ``seed``
+    seeds every bootstrap. ``inventory`` (``RunInventory.runs``) lets a trimmed seed be
+    explained ("run failed: ..."). Raises ``ReportStatsError`` when nothing can be pooled, the
+    baseline is absent, or (``seeds="refuse"``) seeds differ."""
     if scores.empty:
         raise ReportStatsError("no completed runs: nothing to pool")
     group_by = [group_by] if isinstance(group_by, str) else list(group_by)
@@ -461,9 +391,63 @@ def analyse(
     group_label = "/".join(group_by)
     norms = dict(normalisations or {})
     aggregate_reps = reps if aggregate_reps is None else aggregate_reps
-    notes: list[str] = []
 
-    frame = normalise(scores, norms)
+    frame, notes = _usable_rows(normalise(scores, norms))
+    frame = assign_tasks(frame.assign(algorithm=_algorithm_names(frame, group_by)))
+    _check_unique_runs(frame, group_label)
+    frame, common, grid_notes = _common_progress(frame)
+    notes += grid_notes
+    final = common[-1]
+
+    per_task = _per_run_task(frame)
+    at_final = per_task[per_task["progress"] == final]
+    why = _why_missing(inventory, frame, group_by) if inventory is not None else None
+    kept_seeds, tasks, seed_notes = seed_policy(at_final[["algorithm", "task", "seed"]], seeds,
+                                                group_label=group_label, why=why)
+    notes += seed_notes
+    used = per_task[per_task["seed"].isin(kept_seeds) & per_task["task"].isin(tasks)]
+    used_final = used[used["progress"] == final]
+    cells = _cells(at_final, used_final)
+
+    algorithms = sorted(used["algorithm"].unique())
+    base = _match_baseline(baseline, algorithms, frame, group_by) if baseline else None
+    saturated = saturated_tasks(used_final, tasks)
+    compared = [t for t in tasks if t not in saturated] or tasks
+    notes += _task_notes(saturated, compared, tasks)
+    final_m = score_matrices(used_final, algorithms=algorithms, tasks=compared, seeds=kept_seeds)
+    enough = enough_runs(final_m.n_runs)
+    if not enough:
+        notes.append(f"{too_few_text(final_m.n_runs, group_label).capitalize()}: the report "
+                     "states point estimates only, no interval and no verdict.")
+
+    aggregates = aggregates_table(final_m.matrices, reps=aggregate_reps, seed=seed)
+    ranked = aggregates["algorithm"].tolist()
+    matrices = {n: final_m.matrices[n] for n in ranked}
+    poi = _baseline_comparisons(matrices, ranked, base, compared, reps, seed, notes)
+    profiles = performance_profiles(matrices, _taus(matrices, taus), reps=reps, seed=seed,
+                                    intervals=enough)
+    curves = _curves(used, ranked, compared, kept_seeds, common, reps, seed)
+    task_scores = pd.concat([_task_scores(used_final, ranked),
+                             _within_test_sets(frame, ranked, kept_seeds, final)],
+                            ignore_index=True)
+
+    run_dirs = {name: sorted(used.loc[used["algorithm"] == name, "run_dir"].unique().tolist())
+                for name in ranked}
+    return Analysis(
+        group_by=group_by, group_label=group_label, baseline=base, algorithms=ranked,
+        tasks=compared, task_info=_task_info(frame, tasks, saturated), saturated=saturated,
+        seeds=kept_seeds, final_progress=final, progress=common, matrices=matrices,
+        cells=cells, aggregates=aggregates, poi=poi, profiles=profiles, curves=curves,
+        breakdowns=_breakdowns(frame, ranked, kept_seeds, final), task_scores=task_scores,
+        normalisations=normalisation_texts(frame, norms), notes=notes,
+        reps={"aggregates": aggregate_reps, "poi": reps, "profiles": reps, "curves": reps},
+        seed=seed, run_dirs=run_dirs,
+    )
+
+
+def _usable_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Rows with a finite score and a recorded seed, and notes naming the runs left out."""
+    notes = []
     bad = ~np.isfinite(frame["score"].to_numpy())
     if bad.any():
         runs = sorted(frame.loc[bad, "run_dir"].unique())
@@ -477,118 +461,77 @@ def analyse(
         frame = frame[~no_seed]
         if frame.empty:
             raise ReportStatsError("no completed run records its seed (config.yaml `seed`)")
-    frame = frame.assign(algorithm=_algorithm_names(frame, group_by))
-    frame = frame.assign(task=_task_names(frame))
-    task_info = (frame[["task", "env", "dataset", "test_set"]].drop_duplicates("task")
-                 .sort_values("task").reset_index(drop=True))
-    _check_unique_runs(frame, group_label)
+    return frame, notes
 
-    # progress grid common to every pooled run
+
+def _common_progress(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[float], list[str]]:
+    """Rows at the evaluation points every pooled run has, those points, and a note when
+    runs were evaluated at different points."""
     frame = frame.assign(progress=frame["progress"].round(6))
     grids = frame.groupby("run_dir")["progress"].agg(lambda p: frozenset(p.unique()))
     common = sorted(frozenset.intersection(*grids.tolist()))
     if not common:
         raise ReportStatsError("the pooled runs share no evaluation point (progress)")
+    notes = []
     if len(set(grids.tolist())) > 1:
         notes.append(f"Runs were evaluated at different progress points; the curves use the "
                      f"{len(common)} points common to all.")
-    final = common[-1]
-    frame = frame[frame["progress"].isin(common)]
+    return frame[frame["progress"].isin(common)], common, notes
 
-    # traces -> one score per (run, task, progress): runs are the replication unit
+
+def _per_run_task(frame: pd.DataFrame) -> pd.DataFrame:
+    """Traces -> one score per (run, task, progress): runs are the replication unit. A cell
+    whose run lacks some test set of the task is dropped (the seed policy then reports it)."""
     keys = ["algorithm", "run_dir", "seed", "task", "progress"]
     per_task = (frame.groupby(keys, sort=True)
-                .agg(score=("score", "mean"), raw=("raw", "mean"), env_steps=("env_steps", "median"),
-                     n_traces=("score", "size"))
+                .agg(score=("score", "mean"), raw=("raw", "mean"),
+                     env_steps=("env_steps", "median"), n_traces=("score", "size"),
+                     n_test_sets=("test_set", "nunique"))
                 .reset_index())
     per_task["seed"] = per_task["seed"].astype(int)
-    at_final = per_task[per_task["progress"] == final]
-
-    why = _why_missing(inventory, frame, group_by) if inventory is not None else None
-    kept_seeds, tasks, seed_notes = seed_policy(at_final[["algorithm", "task", "seed"]], seeds,
-                                                group_label=group_label, why=why)
-    notes += seed_notes
-    used = per_task[per_task["seed"].isin(kept_seeds) & per_task["task"].isin(tasks)]
-    used_final = used[used["progress"] == final]
-    cells = _cells(at_final, used_final)
-    task_info = task_info[task_info["task"].isin(tasks)].reset_index(drop=True)
-
-    algorithms = sorted(used["algorithm"].unique())
-    base = _match_baseline(baseline, algorithms, frame, group_by) if baseline else None
-    final_m = score_matrices(used_final, algorithms=algorithms, tasks=tasks, seeds=kept_seeds)
-    if final_m.n_runs < 2:
-        notes.append("Only one run per algorithm: every bootstrap CI collapses to a point.")
-
-    # aggregates, ranked by IQM
-    points, intervals = interval_estimates(final_m.matrices, aggregate_metrics,
-                                           reps=aggregate_reps, seed=seed)
-    agg_rows = []
-    for name in algorithms:
-        row: dict[str, Any] = {"algorithm": name, "n_runs": final_m.n_runs, "n_tasks": len(tasks)}
-        for i, metric in enumerate(METRICS):
-            row[metric] = float(points[name][i])
-            row[f"{metric}_lo"] = float(intervals[name][0, i])
-            row[f"{metric}_hi"] = float(intervals[name][1, i])
-        agg_rows.append(row)
-    aggregates = pd.DataFrame(agg_rows)
-    aggregates = aggregates.sort_values(["IQM", "mean", "algorithm"],
-                                        ascending=[False, False, True], kind="stable")
-    aggregates.insert(0, "rank", np.arange(1, len(aggregates) + 1))
-    aggregates = aggregates.reset_index(drop=True)
-    ranked = aggregates["algorithm"].tolist()
-
-    # probability of improvement over the baseline: all tasks, then each task
-    scopes = _scopes(tasks)
-    poi_rows = []
-    if base is not None:
-        if len(algorithms) == 1:
-            notes.append(f"Only the baseline {base} was pooled: no probability of improvement.")
-        for name in ranked:
-            if name == base:
-                continue
-            for scope, columns in scopes:
-                x = final_m.matrices[name][:, columns]
-                y = final_m.matrices[base][:, columns]
-                p, lo, hi = probability_of_improvement(x, y, reps=reps, seed=seed)
-                poi_rows.append({
-                    "algorithm": name, "baseline": base, "scope": scope, "n_tasks": len(columns),
-                    "n_runs": x.shape[0], "n_runs_baseline": y.shape[0], "poi": p, "lo": lo,
-                    "hi": hi, "ci_excludes_half": bool(lo > 0.5 or hi < 0.5),
-                    "verdict": "better" if lo > 0.5 else "worse" if hi < 0.5 else "no difference",
-                })
-    poi = pd.DataFrame(poi_rows, columns=[
-        "algorithm", "baseline", "scope", "n_tasks", "n_runs", "n_runs_baseline", "poi", "lo",
-        "hi", "ci_excludes_half", "verdict"])
-
-    # performance profiles
-    if taus is None:
-        values = np.concatenate([m.ravel() for m in final_m.matrices.values()])
-        low = min(0.0, np.floor(values.min() * 10) / 10)
-        high = max(1.0, np.ceil(values.max() * 10) / 10)
-        taus = np.linspace(low, high, 101)
-    profiles = performance_profiles({n: final_m.matrices[n] for n in ranked}, np.asarray(taus),
-                                    reps=reps, seed=seed)
-
-    curves = _curves(used, ranked, tasks, kept_seeds, common, reps, seed)
-    breakdowns, kind_scores = _breakdowns(frame, ranked, tasks, kept_seeds, final, reps, seed)
-    task_scores = pd.concat([_task_scores(used_final, ranked, tasks), kind_scores],
-                            ignore_index=True)
-
-    run_dirs = {name: sorted(used.loc[used["algorithm"] == name, "run_dir"].unique().tolist())
-                for name in ranked}
-    return Analysis(
-        group_by=group_by, group_label=group_label, baseline=base, algorithms=ranked,
-        tasks=tasks, task_info=task_info, seeds=kept_seeds, final_progress=final,
-        progress=common, matrices={n: final_m.matrices[n] for n in ranked}, cells=cells,
-        aggregates=aggregates, poi=poi, profiles=profiles, curves=curves,
-        breakdowns=breakdowns, task_scores=task_scores,
-        normalisations=normalisation_texts(frame, norms), notes=notes,
-        reps={"aggregates": aggregate_reps, "poi": reps, "profiles": reps, "curves": reps,
-              "breakdowns": reps},
-        seed=seed, run_dirs=run_dirs,
-    )
+    return per_task[complete_cells(per_task, frame)]
 
 
+def _task_notes(saturated: dict[str, float], compared: list[str], tasks: list[str]) -> list[str]:
+    if not saturated:
+        return []
+    listed = ", ".join(f"{task} ({value:.3f})" for task, value in saturated.items())
+    if len(compared) == len(tasks):
+        return [(f"Every task is saturated ({listed}): every run of every algorithm scores "
+                 "the same, so the comparisons below cannot separate the algorithms.")]
+    return [(f"Saturated task(s) left out of the comparisons (every run of every algorithm "
+             f"scores the same): {listed}.")]
+
+
+def _taus(matrices: Mapping[str, np.ndarray], taus: np.ndarray | None) -> np.ndarray:
+    """The profile thresholds: given, or 101 points spanning [0, 1] and every score."""
+    if taus is not None:
+        return np.asarray(taus)
+    values = np.concatenate([m.ravel() for m in matrices.values()])
+    low = min(0.0, np.floor(values.min() * 10) / 10)
+    high = max(1.0, np.ceil(values.max() * 10) / 10)
+    return np.linspace(low, high, 101)
+
+
+def _baseline_comparisons(matrices: dict[str, np.ndarray], ranked: list[str],
+                          base: str | None, tasks: list[str], reps: int, seed: int,
+                          notes: list[str]) -> pd.DataFrame:
+    """The comparisons with the baseline (empty without one, with a note when the baseline
+    is the only algorithm)."""
+    if base is None:
+        return comparisons_table({}, [], "", tasks, reps=reps, seed=seed)
+    if len(ranked) == 1:
+        notes.append(f"Only the baseline {base} was pooled: no comparison.")
+    return comparisons_table(matrices, ranked, base, tasks, reps=reps, seed=seed)
+
+
+def _task_info(frame: pd.DataFrame, tasks: list[str], saturated: dict[str, float]
+               ) -> pd.DataFrame:
+    info = task_table(frame)
+    info = info[info["task"].isin(tasks)].reset_index(drop=True)
+    info["role"] = ["saturated" if t in saturated else "compared" for t in info["task"]]
+    info["saturated_at"] = info["task"].map(saturated)
+    return info
 def _algorithm_names(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
     parts = [frame[c].astype("string").fillna("?") for c in group_by]
     names = parts[0]
@@ -614,17 +557,6 @@ def _short_keys(keys: list[str]) -> dict[str, str]:
     shared = set.intersection(*(set(t) for t in tokens.values()))
     short = {k: ",".join(t for t in tokens[k] if t not in shared) or k for k in keys}
     return short if len(set(short.values())) == len(keys) else {k: k for k in keys}
-
-
-def _task_names(frame: pd.DataFrame) -> pd.Series:
-    env = frame["env"].astype("string").fillna("?")
-    dataset = frame["dataset"].astype("string").fillna("?")
-    name = frame["test_set"].astype(str)
-    if dataset.nunique() > 1:
-        name = dataset + "->" + name
-    if env.nunique() > 1:
-        name = env + ":" + name
-    return name.astype(str)
 
 
 def _check_unique_runs(frame: pd.DataFrame, group_label: str) -> None:
@@ -677,7 +609,7 @@ def _why_missing(inventory: pd.DataFrame, frame: pd.DataFrame,
             run = other.iloc[0]
             error = f": {run['error']}" if isinstance(run["error"], str) and run["error"] else ""
             return f"run {run['state']}{_clip(error)}"
-        return "its completed run has no scores for this task"
+        return "its completed run lacks (some of) the test traces of this task"
 
     return why
 
@@ -698,14 +630,18 @@ def _cells(found: pd.DataFrame, used: pd.DataFrame) -> pd.DataFrame:
 
 def _curves(used: pd.DataFrame, ranked: list[str], tasks: list[str], seeds: list[int],
             progress: list[float], reps: int, seed: int) -> pd.DataFrame:
-    """IQM over progress with 95 % CIs: all tasks, then each task when there are several."""
+    """IQM over progress, all tasks then each task when there are several; 95 % bootstrap
+    bands only from MIN_RUNS runs (NaN otherwise)."""
     cube = score_matrices(used, algorithms=ranked, tasks=tasks, seeds=seeds, progress=progress)
     steps = used.groupby("progress")["env_steps"].median()
-    scopes = _scopes(tasks)
     rows = []
-    for scope, columns in scopes:
+    for scope, columns in scopes(tasks):
         data = {name: cube.matrices[name][:, columns, :] for name in ranked}
-        points, intervals = interval_estimates(data, _iqm_per_frame, reps=reps, seed=seed)
+        if enough_runs(len(seeds)):
+            points, intervals = interval_estimates(data, iqm_per_frame, reps=reps, seed=seed)
+        else:
+            points = {name: iqm_per_frame(m) for name, m in data.items()}
+            intervals = {name: np.full((2, len(progress)), np.nan) for name in data}
         for name in ranked:
             for i, p in enumerate(progress):
                 rows.append({"algorithm": name, "scope": scope, "progress": p,
@@ -715,68 +651,84 @@ def _curves(used: pd.DataFrame, ranked: list[str], tasks: list[str], seeds: list
     return pd.DataFrame(rows)
 
 
-ALL_TASKS = "all tasks"
+#: Breakdowns: grouping -> what its groups are described by (first one recorded).
+BREAKDOWNS = {"test_set": ("label", "cluster"), "label": ("cluster",), "cluster": ("label",)}
+BREAKDOWN_COLUMNS = ["grouping", "group", "algorithm", "n_runs", "n_traces", "mean", "mean_lo",
+                     "mean_hi", "saturated", "members"]
 
 
-def _scopes(tasks: list[str]) -> list[tuple[str, list[int]]]:
-    """("all tasks", every column) then one scope per task; a single task is its own scope."""
-    if len(tasks) == 1:
-        return [(tasks[0], [0])]
-    return [(ALL_TASKS, list(range(len(tasks))))] + [(t, [j]) for j, t in enumerate(tasks)]
+def _breakdowns(frame: pd.DataFrame, ranked: list[str], seeds: list[int],
+                final: float) -> pd.DataFrame:
+    """Final mean score per test set, per ground-truth kind and per cluster (each pooled
+    across the test sets that hold it: one value per run), with a Student-t interval from
+    MIN_RUNS runs, and what each group is made of ("slow_high-var 100 %")."""
+    base = frame[(frame["progress"] == final) & frame["seed"].astype(int).isin(seeds)
+                 & frame["algorithm"].isin(ranked)]
+    tables = [_breakdown(base, grouping, members, ranked, seeds)
+              for grouping, members in BREAKDOWNS.items() if base[grouping].notna().any()]
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(
+        columns=BREAKDOWN_COLUMNS)
 
 
-def _breakdowns(frame: pd.DataFrame, ranked: list[str], tasks: list[str], seeds: list[int],
-                final: float, reps: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per ground-truth kind (and per cluster when recorded): tasks (env, test_set, kind);
-    for each kind the matrix is (runs, test sets holding that kind)."""
-    rows, score_rows = [], []
-    base = frame[(frame["progress"] == final) & frame["task"].isin(tasks)
-                 & frame["seed"].astype(int).isin(seeds)]
-    for grouping in ("label", "cluster"):
-        if base[grouping].isna().all():
-            continue
-        sub = base[base[grouping].notna()]
-        per = (sub.groupby(["algorithm", "run_dir", "seed", "task", grouping])
-               .agg(score=("score", "mean"), raw=("raw", "mean"), n_traces=("score", "size"))
-               .reset_index())
-        per["seed"] = per["seed"].astype(int)
-        for group in sorted(per[grouping].astype(str).unique()):
-            mine = per[per[grouping] == group]
-            group_tasks = sorted(t for t in mine["task"].unique())
-            complete = mine.groupby(["algorithm", "task"])["seed"].nunique()
-            if len(complete) != len(ranked) * len(group_tasks) or (complete != len(seeds)).any():
-                continue  # a kind missing in some run's test set: not a rectangular matrix
-            m = score_matrices(mine, algorithms=ranked, tasks=group_tasks, seeds=seeds)
-            points, intervals = interval_estimates(m.matrices, _iqm_and_mean, reps=reps, seed=seed)
-            for name in ranked:
-                rows.append({
-                    "grouping": grouping, "group": group, "algorithm": name,
-                    "n_runs": len(seeds), "n_tasks": len(group_tasks),
-                    "n_traces": int(mine.loc[mine["algorithm"] == name, "n_traces"].sum()
-                                    // len(seeds)),
-                    "IQM": points[name][0], "IQM_lo": intervals[name][0, 0],
-                    "IQM_hi": intervals[name][1, 0], "mean": points[name][1],
-                    "mean_lo": intervals[name][0, 1], "mean_hi": intervals[name][1, 1],
-                })
-            for (name, task), cell in mine.groupby(["algorithm", "task"]):
-                score_rows.append({
-                    "level": grouping, "task": task, "group": group, "algorithm": name,
-                    "n_runs": len(cell), "mean": float(cell["score"].mean()),
-                    "std": float(cell["score"].std(ddof=1)) if len(cell) > 1 else np.nan,
-                    "raw_qoe_per_chunk": float(cell["raw"].mean()),
-                })
-    return pd.DataFrame(rows), _order(pd.DataFrame(score_rows), ranked)
+def _breakdown(base: pd.DataFrame, grouping: str, members: tuple[str, ...],
+               ranked: list[str], seeds: list[int]) -> pd.DataFrame:
+    sub = base[base[grouping].notna()]
+    sub = sub.assign(group=prefixes(sub) + sub[grouping].astype(str), seed=sub["seed"].astype(int))
+    described = next((composition(sub, "group", m) for m in members if sub[m].notna().any()), {})
+    per = (sub.groupby(["algorithm", "seed", "group"])
+           .agg(score=("score", "mean"), n_traces=("score", "size"),
+                n_test_sets=("test_set", "nunique"))
+           .reset_index().rename(columns={"group": "task"}))
+    per = per[complete_cells(per, sub.assign(task=sub["group"]))]
+    rows = []
+    for group, mine in per.groupby("task", sort=True):
+        if len(mine) != len(ranked) * len(seeds):
+            continue  # a group missing in some run: not comparable across runs
+        flat = bool(saturated_tasks(mine, [group]))
+        for name in ranked:
+            runs = mine[mine["algorithm"] == name].sort_values("seed")
+            mean, lo, hi = runs["score"].mean(), np.nan, np.nan
+            if enough_runs(len(runs)):
+                mean, lo, hi = mean_interval(runs["score"].to_numpy())
+            rows.append({"grouping": grouping, "group": group, "algorithm": name,
+                         "n_runs": len(runs), "n_traces": int(runs["n_traces"].iloc[0]),
+                         "mean": float(mean), "mean_lo": float(lo), "mean_hi": float(hi),
+                         "saturated": flat, "members": described.get(group, "")})
+    return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
 
 
-def _task_scores(used_final: pd.DataFrame, ranked: list[str], tasks: list[str]) -> pd.DataFrame:
+def _task_scores(used_final: pd.DataFrame, ranked: list[str]) -> pd.DataFrame:
     rows = []
     for (name, task), cell in used_final.groupby(["algorithm", "task"]):
         rows.append({
             "level": "task", "task": task, "group": "", "algorithm": name,
             "n_runs": len(cell), "mean": float(cell["score"].mean()),
             "std": float(cell["score"].std(ddof=1)) if len(cell) > 1 else np.nan,
-            "raw_qoe_per_chunk": float(cell["raw"].mean()),
+            "raw_score": float(cell["raw"].mean()),
         })
+    return _order(pd.DataFrame(rows), ranked)
+
+
+def _within_test_sets(frame: pd.DataFrame, ranked: list[str], seeds: list[int],
+                      final: float) -> pd.DataFrame:
+    """Mean over runs per (test set, kind) and (test set, cluster), no intervals: where a
+    pooled task's score comes from."""
+    base = frame[(frame["progress"] == final) & frame["seed"].astype(int).isin(seeds)
+                 & frame["algorithm"].isin(ranked)]
+    base = base.assign(test_set_name=prefixes(base) + base["test_set"].astype(str))
+    rows = []
+    for grouping in ("label", "cluster"):
+        sub = base[base[grouping].notna()]
+        per = (sub.groupby(["algorithm", "seed", "test_set_name", grouping])
+               .agg(score=("score", "mean"), raw=("raw", "mean")).reset_index())
+        for (name, test_set, group), cell in per.groupby(["algorithm", "test_set_name",
+                                                          grouping]):
+            rows.append({
+                "level": grouping, "task": test_set, "group": str(group), "algorithm": name,
+                "n_runs": len(cell), "mean": float(cell["score"].mean()),
+                "std": float(cell["score"].std(ddof=1)) if len(cell) > 1 else np.nan,
+                "raw_score": float(cell["raw"].mean()),
+            })
     return _order(pd.DataFrame(rows), ranked)
 
 
@@ -790,14 +742,17 @@ def _order(frame: pd.DataFrame, ranked: list[str]) -> pd.DataFrame:
 
 
 __all__ = [
+    "ALL_TASKS",
     "DEFAULT_REPS",
     "METRICS",
+    "MIN_RUNS",
     "NORMALISATIONS",
-    "RecordedNormalisation",
     "PAPER_AGGREGATE_REPS",
+    "RULE_TEXT",
     "TRACEBENCH",
     "Analysis",
     "Normalisation",
+    "RecordedNormalisation",
     "ReportStatsError",
     "ScoreMatrices",
     "SeedMismatchError",
@@ -807,9 +762,9 @@ __all__ = [
     "iqm",
     "normalise",
     "performance_profiles",
-    "poi_sentence",
     "probability_of_improvement",
     "score_matrices",
     "seed_policy",
     "seeded",
+    "verdict_sentence",
 ]

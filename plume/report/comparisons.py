@@ -1,0 +1,191 @@
+"""What a report concludes: aggregate scores with their intervals, and verdicts against the
+baseline with their effect sizes.
+
+A verdict ("better", "worse", "no significant difference") rests on Welch's t-test of the
+difference of mean normalised scores (each run's average over the scope's tasks; runs are the
+replication unit), with Holm-Bonferroni over every verdict of the report, because its
+interval has its nominal coverage at 5 runs (``plume.report.inference``). Each verdict
+carries two effect sizes with their intervals: that difference (Welch t) and rliable's
+probability of improvement (stratified bootstrap), flagged when its interval is degenerate.
+Fewer than ``MIN_RUNS`` runs per side give point estimates and "too few runs", never a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from plume.report.bootstrap import (
+    aggregate_metrics,
+    interval_estimates,
+    iqm_and_median,
+    poi_point,
+    probability_of_improvement,
+)
+from plume.report.inference import (
+    ALPHA,
+    MIN_RUNS,
+    enough_runs,
+    holm,
+    mean_interval,
+    welch_difference,
+)
+
+METRICS = ["IQM", "mean", "median", "optimality_gap"]
+ALL_TASKS = "all tasks"
+TOO_FEW = "too few runs"
+NOT_SIGNIFICANT = "no significant difference"
+COMPARISON_COLUMNS = [
+    "algorithm", "baseline", "scope", "n_tasks", "n_runs", "n_runs_baseline", "diff",
+    "diff_lo", "diff_hi", "p_value", "p_holm", "poi", "lo", "hi", "poi_degenerate",
+    "ci_excludes_half", "verdict",
+]
+
+
+# --------------------------------------------------------------------------- aggregates
+
+
+def metric_intervals(matrix: np.ndarray, *, reps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of [IQM, mean, median, optimality gap] of one (runs, tasks) matrix: Student t
+    for the two means over runs (mean score; gap = 1 - mean of min(score, 1)), rliable's
+    stratified bootstrap for the two order statistics."""
+    lo, hi = np.empty(4), np.empty(4)
+    _, boot = interval_estimates({"m": matrix}, iqm_and_median, reps=reps, seed=seed)
+    lo[[0, 2]], hi[[0, 2]] = boot["m"][0], boot["m"][1]
+    _, lo[1], hi[1] = mean_interval(matrix.mean(axis=1))
+    _, capped_lo, capped_hi = mean_interval(np.minimum(matrix, 1.0).mean(axis=1))
+    lo[3], hi[3] = 1.0 - capped_hi, 1.0 - capped_lo
+    return lo, hi
+
+
+def aggregates_table(matrices: Mapping[str, np.ndarray], *, reps: int, seed: int
+                     ) -> pd.DataFrame:
+    """One row per algorithm, ranked by IQM: the four metrics, with intervals (``_lo``,
+    ``_hi``) only when it has MIN_RUNS runs (NaN otherwise)."""
+    rows = []
+    for name, matrix in matrices.items():
+        point = aggregate_metrics(matrix)
+        lo = hi = np.full(4, np.nan)
+        if enough_runs(matrix.shape[0]):
+            lo, hi = metric_intervals(matrix, reps=reps, seed=seed)
+        row: dict[str, Any] = {"algorithm": name, "n_runs": matrix.shape[0],
+                               "n_tasks": matrix.shape[1]}
+        for i, metric in enumerate(METRICS):
+            row.update({metric: float(point[i]), f"{metric}_lo": float(lo[i]),
+                        f"{metric}_hi": float(hi[i])})
+        rows.append(row)
+    table = pd.DataFrame(rows).sort_values(["IQM", "mean", "algorithm"],
+                                           ascending=[False, False, True], kind="stable")
+    table.insert(0, "rank", np.arange(1, len(table) + 1))
+    return table.reset_index(drop=True)
+
+
+def ranking_text(aggregates: pd.DataFrame) -> str:
+    """"a > b = c" by IQM point estimate ("=" for equal estimates)."""
+    parts = [str(aggregates["algorithm"].iloc[0])]
+    for i in range(1, len(aggregates)):
+        same = np.isclose(aggregates["IQM"].iloc[i], aggregates["IQM"].iloc[i - 1],
+                          rtol=0, atol=1e-12)
+        parts.append(("= " if same else "> ") + str(aggregates["algorithm"].iloc[i]))
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def scopes(tasks: list[str]) -> list[tuple[str, list[int]]]:
+    """("all tasks", every column) then one scope per task; a single task is its own scope."""
+    if len(tasks) == 1:
+        return [(tasks[0], [0])]
+    return [(ALL_TASKS, list(range(len(tasks))))] + [(t, [j]) for j, t in enumerate(tasks)]
+
+
+def compare(x: np.ndarray, y: np.ndarray, *, reps: int, seed: int) -> dict[str, Any]:
+    """Effect sizes of (runs, tasks) matrices ``x`` over ``y``: difference of mean scores
+    (Welch t interval and p) and probability of improvement (bootstrap interval); points
+    only, NaN intervals, below MIN_RUNS runs per side."""
+    per_run_x, per_run_y = x.mean(axis=1), y.mean(axis=1)
+    row: dict[str, Any] = {
+        "n_tasks": x.shape[1], "n_runs": len(per_run_x), "n_runs_baseline": len(per_run_y),
+        "diff": float(per_run_x.mean() - per_run_y.mean()), "diff_lo": np.nan,
+        "diff_hi": np.nan, "p_value": np.nan, "p_holm": np.nan, "lo": np.nan, "hi": np.nan,
+        "poi_degenerate": False, "ci_excludes_half": False,
+    }
+    if not enough_runs(len(per_run_x), len(per_run_y)):
+        return {**row, "poi": poi_point(x, y)}
+    diff, diff_lo, diff_hi, p = welch_difference(per_run_x, per_run_y)
+    poi, lo, hi = probability_of_improvement(x, y, reps=reps, seed=seed)
+    return {**row, "diff": float(diff), "diff_lo": float(diff_lo), "diff_hi": float(diff_hi),
+            "p_value": float(p), "poi": poi, "lo": lo, "hi": hi,
+            "poi_degenerate": bool(hi - lo < 1e-12), "ci_excludes_half": bool(lo > 0.5 or hi < 0.5)}
+
+
+def decide(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with Holm-adjusted p-values over every tested row and the verdicts."""
+    rows = rows.copy()
+    tested = rows["p_value"].notna().to_numpy()
+    rows.loc[tested, "p_holm"] = holm(rows.loc[tested, "p_value"].to_numpy(float))
+    significant = tested & (rows["p_holm"].to_numpy(float) < ALPHA)
+    better = rows["diff"].to_numpy(float) > 0
+    rows["verdict"] = np.where(~tested, TOO_FEW, np.where(
+        significant, np.where(better, "better", "worse"), NOT_SIGNIFICANT))
+    return rows
+
+
+def comparisons_table(matrices: Mapping[str, np.ndarray], ranked: list[str], baseline: str,
+                      tasks: list[str], *, reps: int, seed: int) -> pd.DataFrame:
+    """Every algorithm but the baseline against it, on all tasks and on each task."""
+    rows = []
+    for name in ranked:
+        if name == baseline:
+            continue
+        for scope, columns in scopes(tasks):
+            effect = compare(matrices[name][:, columns], matrices[baseline][:, columns],
+                             reps=reps, seed=seed)
+            rows.append({"algorithm": name, "baseline": baseline, "scope": scope, **effect})
+    if not rows:
+        return pd.DataFrame(columns=COMPARISON_COLUMNS)
+    return decide(pd.DataFrame(rows))[COMPARISON_COLUMNS]
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}"
+
+
+def poi_text(row: Any) -> str:
+    """'PoI 0.96 [0.84, 1.00]', with what a degenerate interval means."""
+    if np.isnan(row.lo):
+        return f"PoI {row.poi:.2f}"
+    text = f"PoI {row.poi:.2f} [{row.lo:.2f}, {row.hi:.2f}]"
+    if row.poi_degenerate:
+        how = ("every run beats every baseline run" if row.poi == 1 else
+               "every baseline run beats every run" if row.poi == 0 else "every pair ties")
+        text += (f" (degenerate: {how}, so the bootstrap interval is a point and shows no "
+                 "uncertainty)")
+    return text
+
+
+def verdict_sentence(row: Any, n_verdicts: int) -> str:
+    """The answer for one comparison row, its verdict first and its effect sizes after."""
+    subject = f"{row.algorithm} vs {row.baseline} on {row.scope}"
+    if row.verdict == TOO_FEW:
+        return (f"{subject}: no verdict, {TOO_FEW} ({row.n_runs} and {row.n_runs_baseline}; "
+                f"{MIN_RUNS} per side needed). Point estimates only: difference of means "
+                f"{_signed(row.diff)}, {poi_text(row)}.")
+    head = {"better": f"{row.algorithm} beats {row.baseline} on {row.scope}",
+            "worse": f"{row.algorithm} is worse than {row.baseline} on {row.scope}"}.get(
+        row.verdict, f"{subject}: {NOT_SIGNIFICANT}")
+    return (f"{head}: difference of means {_signed(row.diff)} [{_signed(row.diff_lo)}, "
+            f"{_signed(row.diff_hi)}] (normalised score, 95 % Welch t), Holm-adjusted "
+            f"p = {row.p_holm:.2g} over {n_verdicts} verdict{'s' if n_verdicts != 1 else ''}; "
+            f"{poi_text(row)}.")
+
+
+__all__ = [
+    "ALL_TASKS", "COMPARISON_COLUMNS", "METRICS", "NOT_SIGNIFICANT", "TOO_FEW",
+    "aggregates_table", "compare", "comparisons_table", "decide", "metric_intervals",
+    "poi_text", "ranking_text", "scopes", "verdict_sentence",
+]
