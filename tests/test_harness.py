@@ -134,6 +134,8 @@ def test_same_seed_same_results_different_seed_different_results(compose_cfg, tm
     np.testing.assert_array_equal(curves[0], curves[1])
     np.testing.assert_array_equal(returns[0], returns[1])
     assert not np.array_equal(curves[0], curves[2])
+    for table in ("eval.parquet", "sampler.parquet", "score.json", "config.yaml"):
+        assert (tmp_path / "a" / table).read_bytes() == (tmp_path / "b" / table).read_bytes()
 
 
 def test_a_failing_job_records_why(compose_cfg, tmp_path):
