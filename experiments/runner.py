@@ -11,9 +11,10 @@ run, so its run directory is the one ``plume-train`` would use by hand:
 holds the budgets; the sweep axes (training dataset, sampler, seed) live here, because seeds are
 a sweep axis and the number of seeds is a property of the profile:
 
-- ``paper``: the reference's budget (4e6 env steps, an evaluation every 5 %), seeds 0-3 (the
-  reference aggregates seed indices 0-3).
-- ``quick``: the ``<name>_quick`` experiment configs (smaller budgets), seeds 0-2.
+- ``paper``: the reference's budget (4e6 env steps, an evaluation every 5 %), seeds 0-4 (the
+  reference aggregates seed indices 0-3; the report needs 5 runs per side for an interval or
+  a verdict, ``plume.report.inference.MIN_RUNS``).
+- ``quick``: the ``<name>_quick`` experiment configs (smaller budgets), seeds 0-4.
 
 Figures that share runs share jobs: fig10 draws fig9's plume_dynamic runs, fig8 reuses fig9's
 majority_fast runs of uniform / plume_static / plume_dynamic and trains only trace_error.
@@ -49,7 +50,7 @@ warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/\w+' is validated
                         "ConfigStore schema", category=UserWarning)
 
 PROFILES = ("quick", "paper")
-SEEDS = {"quick": 3, "paper": 4}
+SEEDS = {"quick": 5, "paper": 5}  # >= plume.report.inference.MIN_RUNS
 DATASETS = ("majority_fast", "balanced", "majority_slow")
 # The paper's Fig. 9 scenarios: (training dataset, test set).
 SCENARIOS = {
@@ -553,8 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("name", choices=NAMES, help="; ".join(
         f"{k}: {v}" for k, v in DESCRIPTIONS.items()) + "; all: every figure")
     parser.add_argument("--profile", choices=PROFILES, default="quick",
-                        help="quick: <exp>_quick configs, 3 seeds (default); paper: the "
-                             "reference's budget (4e6 env steps, every 5%%), 4 seeds")
+                        help="quick: <exp>_quick configs, 5 seeds (default); paper: the "
+                             "reference's budget (4e6 env steps, every 5%%), 5 seeds")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="hydra/launcher=joblib|submitit_local|submitit_slurm|ray and "
                              "hydra.launcher.* keys choose how the jobs run (conf/hydra/"

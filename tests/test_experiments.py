@@ -69,19 +69,19 @@ def test_fig8_has_the_budgets_of_the_fig9_runs_it_reuses(compose_cfg):
         assert {k for k in fig8 if fig8[k] != fig9[k]} == {"exp_name"}
 
 
-def test_fig9_quick_job_list_is_27_jobs_with_the_right_overrides():
+def test_fig9_quick_job_list_is_45_jobs_with_the_right_overrides():
     jobs = runner.figure_jobs("fig9", "quick")
-    assert len(jobs) == 27 and len(set(jobs)) == 27
+    assert len(jobs) == 45 and len(set(jobs)) == 45  # 3 datasets x 3 samplers x 5 seeds
     assert {j.experiment for j in jobs} == {"fig9_quick"}
     cells = {(j.axis("env.dataset"), j.axis("sampler")) for j in jobs}
     assert cells == {(d, s) for d in runner.DATASETS for s in runner.MAIN_SAMPLERS}
-    assert {j.seed for j in jobs} == {0, 1, 2}
+    assert {j.seed for j in jobs} == {0, 1, 2, 3, 4}  # 5 runs per side: intervals, verdicts
     assert jobs[0].args("runs") == [
         "experiment=fig9_quick", "env.dataset=majority_fast", "sampler=uniform", "seed=0",
         "paths.root=runs",
     ]
     paper = runner.figure_jobs("fig9", "paper")
-    assert len(paper) == 36 and {j.seed for j in paper} == {0, 1, 2, 3}
+    assert len(paper) == 45 and {j.seed for j in paper} == {0, 1, 2, 3, 4}
     assert {j.experiment for j in paper} == {"fig9"}
 
 
@@ -90,15 +90,15 @@ def test_figures_share_runs_instead_of_training_them_twice():
     fig10 = runner.figure_jobs("fig10", "quick")
     assert set(fig10) <= fig9 and {j.axis("sampler") for j in fig10} == {"plume_dynamic"}
     fig8 = runner.figure_jobs("fig8", "quick")
-    assert len(fig8) == 12
+    assert len(fig8) == 20
     assert {j.axis("sampler") for j in fig8} == set(runner.FIG8_SAMPLERS)
     new = [j for j in fig8 if j not in fig9]
     assert {(j.experiment, j.axis("sampler")) for j in new} == {("fig8_quick", "trace_error")}
     quickstart = runner.figure_jobs("quickstart", "quick")
-    assert len(quickstart) == 9 and {j.experiment for j in quickstart} == {"quickstart_quick"}
+    assert len(quickstart) == 15 and {j.experiment for j in quickstart} == {"quickstart_quick"}
     assert {j.axis("env.dataset") for j in quickstart} == {"majority_fast"}
     every = runner.figure_jobs("all", "quick")
-    assert len(every) == len(set(every)) == 27 + 3 + 9
+    assert len(every) == len(set(every)) == 45 + 5 + 15
     for name in ("fig7", "fig12", "fig13"):
         assert runner.figure_jobs(name, "quick") == []
 
@@ -124,8 +124,8 @@ def test_dry_run_prints_every_job_and_trains_nothing(tmp_path, capsys):
                         "--out", str(tmp_path / "reports")])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "27 job(s), 0 already completed, 27 to train" in printed
-    assert printed.count("plume-train experiment=fig9_quick") == 27
+    assert "45 job(s), 0 already completed, 45 to train" in printed
+    assert printed.count("plume-train experiment=fig9_quick") == 45
     assert "seed=2" in printed and "env.dataset=majority_slow,sampler=plume_dynamic" in printed
     assert "launcher overrides: hydra/launcher=joblib hydra.launcher.n_jobs=2" in printed
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()

@@ -129,7 +129,14 @@ def test_a_rejected_config_prints_one_line_creates_nothing_and_leaves_a_finished
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "logger.mode" in bad.stderr
     assert "Traceback" not in bad.stderr
+    record = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+    # the same mistake in a sweep is caught inside the job, before it writes anything
+    swept = _plume_train("-m", *common, "logger=wandb", "logger.mode=bogus", cwd=ROOT)
+    assert swept.returncode != 0 and "logger.mode" in swept.stderr
+    assert {p.relative_to(run_dir): p.read_bytes()
+            for p in run_dir.rglob("*") if p.is_file()} == record  # .hydra/ included
+    (tmp_path / "default" / "multirun.yaml").unlink()  # the sweep's own record
     new = _plume_train(*common, "sampler=plume_dynamic", "sampler.alpha=1.5", cwd=ROOT)
     assert new.returncode == 2 and "alpha must be in [0, 1]" in new.stderr
     assert sorted(p.name for p in (tmp_path / "default").iterdir()) == [run_dir.parent.name]

@@ -161,6 +161,13 @@ class RunDirectory:
                 break
         return True
 
+    def write_hydra_record(self, files: dict[str, str]) -> None:
+        """Hydra's record of the command (``.hydra/<name>``), each file written atomically."""
+        folder = self.path / HYDRA_FILES[0]
+        folder.mkdir(exist_ok=True)
+        for name, text in files.items():
+            _atomic_write(folder / name, lambda tmp, text=text: tmp.write_text(text))
+
     def write_json(self, name: str, content: dict[str, Any]) -> Path:
         path = self.path / name
         text = json.dumps(content, indent=2, default=str)

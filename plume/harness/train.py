@@ -84,8 +84,12 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         for group, choice in hydra_cfg.runtime.choices.items()
         if not group.startswith("hydra") and choice is not None
     }
+    record = {"config.yaml": OmegaConf.to_yaml(cfg),
+              "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
+              "overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(
+                  list(hydra_cfg.overrides.task)))}
     try:
-        return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices)
+        return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices, hydra_record=record)
     except (ConfigError, RunDirectoryLocked, NonFiniteTraining) as err:  # one line
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -95,12 +99,15 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         sys.exit(2)
 
 
-def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None):
+def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None,
+            hydra_record: dict[str, str] | None = None):
     """Validate, train, evaluate and record one job in ``run_dir``; returns its summary.
 
     A rejected config leaves no trace: the directory Hydra just made is removed and an
-    existing one (a completed job typed again with a bad value) is not touched. One process
-    at a time works in a run directory (RunDirectoryLocked otherwise)."""
+    existing one (a completed job typed again with a bad value) is not touched; Hydra's
+    record (``hydra_record``: file name -> text, for ``.hydra/``) is written only after
+    validation. One process at a time works in a run directory (RunDirectoryLocked
+    otherwise)."""
     rundir = RunDirectory(run_dir)
     try:
         job = validate(cfg)
@@ -108,6 +115,8 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
         rundir.discard_if_unused()
         raise
     with rundir.lock():
+        if hydra_record:
+            rundir.write_hydra_record(hydra_record)
         if rundir.is_completed and not job.overwrite:
             log.info("skipping %s: already completed (overwrite=true to train it again)",
                      run_dir)
