@@ -23,12 +23,13 @@ six training links (the printed worst relative errors).
 
 from __future__ import annotations
 
+import single_thread  # noqa: F401,E402,I001  (one thread; must precede numpy)
+
 import argparse
 import statistics
 import time
 
 import numpy as np
-import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
 from plume.envs.cc.packet import Capacity, PacketLink
 from plume.envs.cc.sim import CcVecEnv

@@ -20,12 +20,13 @@ and observations on 16 traces, two episodes each.
 
 from __future__ import annotations
 
+import single_thread  # noqa: F401,E402,I001  (one thread; must precede numpy)
+
 import argparse
 import statistics
 import time
 
 import numpy as np
-import single_thread  # noqa: F401,E402  (one thread; must precede numpy)
 
 from plume.envs.lb import LbVecEnv
 from plume.envs.lb.reference import ReferenceLoadBalance

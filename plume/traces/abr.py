@@ -102,7 +102,6 @@ train split takes about 0.3 s here (the loops run over chunks, vectorised across
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Callable, Mapping
@@ -110,6 +109,7 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy.special import ndtr, ndtri
 
+from plume.traces.mixtures import check_int, kind_counts, seeded_rng, uniform_between
 from plume.traces.traceset import TraceSet
 
 __all__ = [
@@ -307,51 +307,21 @@ PENSIEVE_KINDS: dict[str, SmoothKind | MarkovKind] = {
 # --------------------------------------------------------------------------------------
 
 
-def _check_int(value, what: str, low: int) -> int:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
-    if value < low:
-        raise ValueError(f"{what} must be >= {low}, got {value}")
-    return value
 
 
 def _check_stream(stream) -> tuple[int, ...]:
-    return tuple(_check_int(s, "every stream entry", 0) for s in stream)
+    return tuple(check_int(s, "every stream entry", 0) for s in stream)
 
 
-def _kind_counts(n: int, kinds: Mapping[str, object], class_weights) -> dict[str, int]:
-    """Traces per kind: the weights normalised, counts by largest remainder (ties to the
-    earlier kind), so a split's composition is exact rather than sampled."""
-    if class_weights is None:
-        class_weights = {name: kind.weight for name, kind in kinds.items()}
-    unknown = sorted(set(class_weights) - set(kinds))
-    if unknown:
-        raise ValueError(
-            f"unknown kinds {unknown} in class_weights; expected some of {list(kinds)}")
-    w = np.array([float(class_weights.get(name, 0.0)) for name in kinds])
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-        raise ValueError("class_weights must be finite, non-negative and not all zero, "
-                         f"got {dict(class_weights)}")
-    quota = n * w / w.sum()
-    counts = np.floor(quota).astype(int)
-    extra = np.argsort(-(quota - counts), kind="stable")[: n - counts.sum()]
-    counts[extra] += 1
-    return dict(zip(kinds, counts.tolist()))
 
 
-def _rng(seed: int, key: tuple[int, ...]) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
 def _kind_rngs(seed: int, stream: tuple[int, ...], kind_index: int, count: int):
     """One generator per random quantity of a kind; each is drawn once, shape (count, ...)."""
-    return [_rng(seed, (*stream, 0, kind_index, q)) for q in range(count)]
+    return [seeded_rng(seed, (*stream, 0, kind_index, q)) for q in range(count)]
 
 
-def _uniform(bounds: tuple[float, float], u: np.ndarray) -> np.ndarray:
-    return bounds[0] + (bounds[1] - bounds[0]) * u
 
 
 # --------------------------------------------------------------------------------------
@@ -393,7 +363,7 @@ def _outages(u: np.ndarray, kind: PufferKind) -> np.ndarray:
     p = 1.0 / kind.outage_chunks
     length = 1 + np.floor(np.log1p(-u[..., 1]) / math.log1p(-p)) if p < 1 else np.ones(u.shape[:2])
     covered = np.maximum.accumulate(np.where(starts, cols + length, 0), axis=1) > cols
-    depth = np.take_along_axis(_uniform(kind.outage_depth, u[..., 2]),
+    depth = np.take_along_axis(uniform_between(kind.outage_depth, u[..., 2]),
                                np.maximum(_latest(starts), 0), axis=1)
     return np.where(covered, depth, 1.0)
 
@@ -468,8 +438,8 @@ def _puffer_kind(kind: PufferKind, count: int, rngs, min_chunks: int, max_chunks
     path = path_rng.standard_normal((count, max_chunks, 4))  # log noise, regime, scene, jitter
     noise = video_rng.standard_normal((count, max_chunks, 2, N_ENCODINGS), dtype=np.float32)
 
-    bandwidth = _log_ar_throughput(kind.level.from_uniform(u[:, 0]), _uniform(kind.cv, u[:, 2]),
-                                   _uniform(kind.ar, u[:, 3]), path[..., 0])
+    bandwidth = _log_ar_throughput(kind.level.from_uniform(u[:, 0]), uniform_between(kind.cv, u[:, 2]),
+                                   uniform_between(kind.ar, u[:, 3]), path[..., 0])
     if kind.regime_rate > 0:
         bandwidth *= np.exp(_regimes(events[..., 0] < kind.regime_rate, path[..., 1],
                                      kind.regime_sigma))
@@ -495,8 +465,8 @@ def _smooth_kind(kind: SmoothKind, count: int, rngs, duration: float) -> dict:
         dt = np.clip(dt, *kind.dt_range)
     time = np.zeros((count, width))
     np.cumsum(dt[:, :-1], axis=1, out=time[:, 1:])
-    bandwidth = _log_ar_throughput(kind.level.from_uniform(u[:, 0]), _uniform(kind.cv, u[:, 1]),
-                                   _uniform(kind.ar, u[:, 2]), path[..., 0])
+    bandwidth = _log_ar_throughput(kind.level.from_uniform(u[:, 0]), uniform_between(kind.cv, u[:, 1]),
+                                   uniform_between(kind.ar, u[:, 2]), path[..., 0])
     return {"time": time, "bandwidth": np.maximum(bandwidth, MIN_THROUGHPUT_MBPS),
             "lengths": (time < duration).sum(axis=1)}
 
@@ -556,14 +526,14 @@ def _markov_kind(kind: MarkovKind, count: int, rngs, duration: float) -> dict:
     session_rng, chain_rng, noise_rng = rngs
     width = int(math.ceil(duration / kind.dt))
     u = session_rng.random((count, 5))  # target, T_l, T_s, cov, initial state
-    t_l = np.exp(_uniform(np.log(kind.t_l), u[:, 1]))
-    t_s = np.floor(_uniform((kind.t_s[0], kind.t_s[1] + 1), u[:, 2]))
+    t_l = np.exp(uniform_between(np.log(kind.t_l), u[:, 1]))
+    t_s = np.floor(uniform_between((kind.t_s[0], kind.t_s[1] + 1), u[:, 2]))
     state = np.minimum((u[:, 4] * _MARKOV_LEVELS.size).astype(np.int64), _MARKOV_LEVELS.size - 1)
     raw = _markov_chain(1.0 - 1.0 / t_l, chain_rng.random((count, width, 3)),
                         noise_rng.standard_normal((count, width)), state, t_s,
-                        _uniform(kind.cov, u[:, 3]))
+                        uniform_between(kind.cov, u[:, 3]))
     return {"time": np.broadcast_to(kind.dt * np.arange(width), (count, width)),
-            "bandwidth": _scale_to_mean(raw, _uniform(kind.target_mean, u[:, 0])),
+            "bandwidth": _scale_to_mean(raw, uniform_between(kind.target_mean, u[:, 0])),
             "lengths": np.full(count, width, np.int64)}
 
 
@@ -653,11 +623,11 @@ def generate_puffer_like(
         ValueError: bad ``n``, seed, stream or chunk bounds, or bad ``class_weights`` (the
             message lists the kinds).
     """
-    n, seed = _check_int(n, "n", 1), _check_int(seed, "seed", 0)
+    n, seed = check_int(n, "n", 1), check_int(seed, "seed", 0)
     stream = _check_stream(stream)
-    min_chunks = _check_int(min_chunks, "min_chunks", 1)
-    max_chunks = _check_int(max_chunks, "max_chunks", min_chunks)
-    counts = _kind_counts(n, PUFFER_KINDS, class_weights)
+    min_chunks = check_int(min_chunks, "min_chunks", 1)
+    max_chunks = check_int(max_chunks, "max_chunks", min_chunks)
+    counts = kind_counts(n, PUFFER_KINDS, class_weights)
     parts = {}
     for index, (kind_name, kind) in enumerate(PUFFER_KINDS.items()):
         if counts[kind_name]:
@@ -670,7 +640,7 @@ def generate_puffer_like(
                  size_ladder_bytes=SIZE_LADDER_BYTES.tolist(),
                  ssim_index_ladder=SSIM_INDEX_LADDER.tolist(),
                  top_bitrate_mbps=TOP_BITRATE_MBPS, slow_mbps=PUFFER_SLOW_MBPS)
-    return _assemble(parts, _rng(seed, (*stream, 1)), name, {}, meta)
+    return _assemble(parts, seeded_rng(seed, (*stream, 1)), name, {}, meta)
 
 
 def generate_pensieve_like(
@@ -697,11 +667,11 @@ def generate_pensieve_like(
         A TraceSet with series ``time`` (s) and ``bandwidth`` (Mbit/s), constant ``period``
         (s) and labels; fcc_like rows are sampled every 5 s, the others about every 1 s.
     """
-    n, seed = _check_int(n, "n", 1), _check_int(seed, "seed", 0)
+    n, seed = check_int(n, "n", 1), check_int(seed, "seed", 0)
     stream = _check_stream(stream)
     if not (isinstance(duration, (int, float)) and 10.0 <= duration < math.inf):
         raise ValueError(f"duration must be a finite number of seconds >= 10, got {duration!r}")
-    counts = _kind_counts(n, PENSIEVE_KINDS, class_weights)
+    counts = kind_counts(n, PENSIEVE_KINDS, class_weights)
     parts = {}
     for index, (kind_name, kind) in enumerate(PENSIEVE_KINDS.items()):
         if counts[kind_name]:
@@ -711,7 +681,7 @@ def generate_pensieve_like(
     units = {"time": "s", "bandwidth": "Mbit/s", "period": "s"}
     meta = _meta("pensieve_like", seed, stream, counts, PENSIEVE_KINDS, units,
                  duration_s=float(duration), slow_mbps=PENSIEVE_SLOW_MBPS)
-    return _assemble(parts, _rng(seed, (*stream, 1)), name, {"period": float(duration)}, meta)
+    return _assemble(parts, seeded_rng(seed, (*stream, 1)), name, {"period": float(duration)}, meta)
 
 
 # --------------------------------------------------------------------------------------
@@ -789,4 +759,4 @@ def load_abr_dataset(name: str, split: str, seed: int = DATASET_SEED) -> TraceSe
     """Like :func:`generate_abr_dataset`, memoised in-process. The TraceSet is shared between
     callers: its arrays are read-only; do not mutate its ``chunks`` or ``meta`` dicts."""
     _check_names(name, split)
-    return _cached(name, split, _check_int(seed, "seed", 0))
+    return _cached(name, split, check_int(seed, "seed", 0))

@@ -65,7 +65,6 @@ and the line.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -75,6 +74,7 @@ from typing import NamedTuple
 import numpy as np
 
 from plume.traces.loaders import TraceFileError
+from plume.traces.mixtures import check_int, kind_counts, seeded_rng, uniform_between
 from plume.traces.traceset import TraceSet
 
 __all__ = [
@@ -169,44 +169,16 @@ LB_KINDS: dict[str, LbKind] = {
 # Checks, streams, kind counts
 # --------------------------------------------------------------------------------------
 
-def _check_int(value, what: str, low: int) -> int:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an int, got {type(value).__name__}") from None
-    if value < low:
-        raise ValueError(f"{what} must be >= {low}, got {value}")
-    return value
 
 
-def _rng(seed: int, key: tuple[int, ...]) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
-def _kind_counts(n: int, class_weights: Mapping[str, float] | None) -> dict[str, int]:
-    """Traces per kind, by largest remainder (ties to the earlier kind): exact composition."""
-    if class_weights is None:
-        class_weights = {name: kind.weight for name, kind in LB_KINDS.items()}
-    unknown = sorted(set(class_weights) - set(LB_KINDS))
-    if unknown:
-        raise ValueError(f"unknown kinds {unknown} in class_weights; expected some of "
-                         f"{list(LB_KINDS)}")
-    w = np.array([float(class_weights.get(name, 0.0)) for name in LB_KINDS])
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-        raise ValueError("class_weights must be finite, non-negative and not all zero, "
-                         f"got {dict(class_weights)}")
-    quota = n * w / w.sum()
-    counts = np.floor(quota).astype(int)
-    counts[np.argsort(-(quota - counts), kind="stable")[: n - counts.sum()]] += 1
-    return dict(zip(LB_KINDS, counts.tolist()))
 
 
 # --------------------------------------------------------------------------------------
 # Building blocks (vectorised across the traces of a kind)
 # --------------------------------------------------------------------------------------
 
-def _uniform(bounds: tuple[float, float], u: np.ndarray) -> np.ndarray:
-    return bounds[0] + (bounds[1] - bounds[0]) * u
 
 
 def _pareto(shape: np.ndarray, scale: float, u: np.ndarray) -> np.ndarray:
@@ -285,8 +257,8 @@ def _kind_traces(kind: LbKind, count: int, rngs, n_jobs: int) -> dict[str, np.nd
     per-trace parameters, 1 the size uniforms, 2 the elephant picks or batch jitter, 3 the
     arrival structure, 4 the batch or MMPP gaps (one call each, so row j depends on j only)."""
     params = rngs[0].random((count, 4))
-    load, tail = _uniform(kind.load, params[:, 0]), _uniform(kind.tail, params[:, 1])
-    burst, share = _uniform(kind.burst, params[:, 2]), _uniform(kind.elephants, params[:, 3])
+    load, tail = uniform_between(kind.load, params[:, 0]), uniform_between(kind.tail, params[:, 1])
+    burst, share = uniform_between(kind.burst, params[:, 2]), uniform_between(kind.elephants, params[:, 3])
     u, pick = rngs[1].random((count, n_jobs)), rngs[2].random((count, n_jobs))
     if kind.arrivals == "batch":
         first = _batch_starts(burst, rngs[3], n_jobs)
@@ -350,21 +322,21 @@ def generate_lb_mixed(n: int, seed: int, class_weights: Mapping[str, float] | No
     Raises:
         ValueError: bad ``n``, ``seed``, ``n_jobs`` or ``class_weights`` (naming the kinds).
     """
-    n, seed = _check_int(n, "n", 1), _check_int(seed, "seed", 0)
-    n_jobs = _check_int(n_jobs, "n_jobs", 1)
-    stream = tuple(_check_int(s, "every stream entry", 0) for s in stream)
-    counts = _kind_counts(n, class_weights)
+    n, seed = check_int(n, "n", 1), check_int(seed, "seed", 0)
+    n_jobs = check_int(n_jobs, "n_jobs", 1)
+    stream = tuple(check_int(s, "every stream entry", 0) for s in stream)
+    counts = kind_counts(n, LB_KINDS, class_weights)
     parts = {}
     for index, (kind_name, kind) in enumerate(LB_KINDS.items()):
         if counts[kind_name]:
-            rngs = [_rng(seed, (*stream, 0, index, q)) for q in range(5)]
+            rngs = [seeded_rng(seed, (*stream, 0, index, q)) for q in range(5)]
             parts[kind_name] = _kind_traces(kind, counts[kind_name], rngs, n_jobs)
     meta = {"generator": "lb_mixed", "seed": seed,
             "stream": f"SeedSequence({seed}, spawn_key={stream} + (0, kind, quantity))",
             "class_weights": {k: c / n for k, c in counts.items()}, "kind_counts": counts,
             "kinds": {k: asdict(v) for k, v in LB_KINDS.items()}, "units": LB_UNITS,
             "capacity": CAPACITY, "size_cap": SIZE_CAP}
-    return _assemble(parts, _rng(seed, (*stream, 1)), name, meta)
+    return _assemble(parts, seeded_rng(seed, (*stream, 1)), name, meta)
 
 
 def generate_park(n: int, seed: int, *, n_jobs: int = N_JOBS, stream: tuple[int, ...] = (),
@@ -374,12 +346,12 @@ def generate_park(n: int, seed: int, *, n_jobs: int = N_JOBS, stream: tuple[int,
 
     Not bit-identical to Park's seed-42 stream (Park draws size and gap alternately from one
     RandomState); the distribution is the same."""
-    n, seed = _check_int(n, "n", 1), _check_int(seed, "seed", 0)
-    n_jobs = _check_int(n_jobs, "n_jobs", 1)
-    stream = tuple(_check_int(s, "every stream entry", 0) for s in stream)
-    sizes = np.floor((_rng(seed, (*stream, 0, 0)).pareto(PARK_SHAPE, (n, n_jobs)) + 1.0)
+    n, seed = check_int(n, "n", 1), check_int(seed, "seed", 0)
+    n_jobs = check_int(n_jobs, "n_jobs", 1)
+    stream = tuple(check_int(s, "every stream entry", 0) for s in stream)
+    sizes = np.floor((seeded_rng(seed, (*stream, 0, 0)).pareto(PARK_SHAPE, (n, n_jobs)) + 1.0)
                      * SIZE_SCALE)
-    gaps = np.floor(_rng(seed, (*stream, 0, 1)).exponential(PARK_INTERVAL, (n, n_jobs)))
+    gaps = np.floor(seeded_rng(seed, (*stream, 0, 1)).exponential(PARK_INTERVAL, (n, n_jobs)))
     mean_gap = 1.0 / (math.exp(1.0 / PARK_INTERVAL) - 1.0)  # E[int(Exp(55))] = 54.5
     mean_size = SIZE_SCALE * PARK_SHAPE / (PARK_SHAPE - 1.0) - 0.5
     meta = {"generator": "park", "seed": seed, "stream": f"SeedSequence({seed}, spawn_key="
@@ -456,7 +428,7 @@ def load_lb_dataset(name: str, split: str, seed: int = DATASET_SEED) -> TraceSet
     """Like :func:`generate_lb_dataset`, memoised in-process (the TraceSet is shared: its
     arrays are read-only; do not mutate its dicts)."""
     _check_names(name, split)
-    return _cached(name, split, _check_int(seed, "seed", 0))
+    return _cached(name, split, check_int(seed, "seed", 0))
 
 
 # --------------------------------------------------------------------------------------

@@ -144,7 +144,6 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 
 from plume.envs.abr.video import BITRATES_KBPS, VIDEO_SIZES
 from plume.envs.replay import BatchedDownload, PayloadTables, derived_from, read_only
@@ -815,10 +814,7 @@ class AbrVecEnv(TraceVecEnv):
         self.n_levels = self._sim.n_levels
         self.obs_layout = self._sim.obs_layout
         self.obs_dim = self._sim.obs_dim
-        self.single_observation_space = self._sim.space
-        self.single_action_space = spaces.Discrete(self.n_levels)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._set_spaces(self._sim.space, spaces.Discrete(self.n_levels))
         self._allocate()
         self._seed(seed)
 

@@ -76,7 +76,6 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 
 from plume.envs.replay import derived_from, read_only, trace_periods
 from plume.envs.single import SingleCopyEnv
@@ -476,12 +475,10 @@ class CcVecEnv(TraceVecEnv):
         self._tables = LinkTables.shared(traces)
         self._same_starts = bool(np.all(self._tables.n_starts == self._tables.n_starts[0]))
 
-        self.single_observation_space = spaces.Box(
-            np.tile(OBS_LOW, self.history).astype(np.float32),
-            np.tile(OBS_HIGH, self.history).astype(np.float32), dtype=np.float32)
-        self.single_action_space = spaces.Box(-ACTION_BOUND, ACTION_BOUND, (1,), np.float32)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        observation = spaces.Box(np.tile(OBS_LOW, self.history).astype(np.float32),
+                                 np.tile(OBS_HIGH, self.history).astype(np.float32),
+                                 dtype=np.float32)
+        self._set_spaces(observation, spaces.Box(-ACTION_BOUND, ACTION_BOUND, (1,), np.float32))
         self._allocate()
         self._seed(seed)
 

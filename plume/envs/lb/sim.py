@@ -51,7 +51,6 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 
 from plume.envs.lb.reference import OBS_HIGH
 from plume.envs.single import SingleCopyEnv
@@ -156,10 +155,8 @@ class LbVecEnv(TraceVecEnv):
         self.obs_high = float(obs_high)
         self._tables = JobTables(traces)
         high = np.float32(self.obs_high * self.obs_scale)
-        self.single_observation_space = spaces.Box(0.0, high, (self.n_servers + 1,), np.float32)
-        self.single_action_space = spaces.Discrete(self.n_servers)
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._set_spaces(spaces.Box(0.0, high, (self.n_servers + 1,), np.float32),
+                         spaces.Discrete(self.n_servers))
         self._allocate()
         self._seed(seed)
 

@@ -89,7 +89,6 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 
 from plume.envs.replay import COMPLETE_TOL, BatchedDownload, PayloadTables
 from plume.envs.single import SingleCopyEnv
@@ -225,10 +224,8 @@ class TraceBenchVecEnv(TraceVecEnv):
 
         # Spaces.
         self.obs_dim = 5 * self.history_len + len(BITRATES)
-        self.single_observation_space = spaces.Box(0.0, 1.0, (self.obs_dim,), np.float32)
-        self.single_action_space = spaces.Discrete(len(BITRATES))
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._set_spaces(spaces.Box(0.0, 1.0, (self.obs_dim,), np.float32),
+                         spaces.Discrete(len(BITRATES)))
 
         self._allocate()
         self._seed(seed)
