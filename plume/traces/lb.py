@@ -73,9 +73,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from plume.traces.loaders import TraceFileError
 from plume.traces.mixtures import check_int, kind_counts, seeded_rng, uniform_between
-from plume.traces.traceset import TraceSet
+from plume.traces.traceset import TraceFileError, TraceSet
 
 __all__ = [
     "CAPACITY",

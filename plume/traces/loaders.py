@@ -63,7 +63,11 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from plume.traces.traceset import TraceSet, TraceSetFileError
+from plume.traces.traceset import (
+    TraceFileError,
+    TraceSet,
+    TraceSetFileError,
+)
 
 TRACE_FORMATS = ("cooked", "mahimahi", "puffer", "npz", "csv")
 SPLIT_CHOICES = ("train", "test", "all")
@@ -96,27 +100,6 @@ _UNKNOWN_EXPT = ("puffer_ttp", "bbr")  # Plume's assumption for an expt_id missi
 # ---------------------------------------------------------------------------------------
 # errors and small helpers
 # ---------------------------------------------------------------------------------------
-
-class TraceFileError(ValueError):
-    """A trace file (or dataset folder) the user gave is missing or malformed.
-
-    ``str()`` is one line, ``"<path>:<line>: trace '<id>': <message>"`` without the parts that
-    are None, so it reads well in a log and an editor can jump to the line.
-    """
-
-    def __init__(self, path: str | Path | None, message: str, line: int | None = None,
-                 trace_id: str | None = None) -> None:
-        self.path = None if path is None else str(path)
-        self.line = line
-        self.trace_id = trace_id
-        self.message = message
-        head = ":".join(str(p) for p in (self.path, line) if p is not None)
-        body = message if trace_id is None else f"trace '{trace_id}': {message}"
-        super().__init__(re.sub(r"\s*[\r\n]+\s*", " ", f"{head}: {body}" if head else body))
-
-    def __reduce__(self):  # keeps the attributes when the error crosses a process boundary
-        return type(self), (self.path, self.message, self.line, self.trace_id)
-
 
 class ForwardTrace(NamedTuple):
     """One trace in the forward convention: ``bandwidth[j]`` (Mbit/s) holds on

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -37,6 +38,27 @@ _FORMAT_VERSION = 2
 KINDS = ("series", "chunks", "constants")
 _NON_NEGATIVE = ("bandwidth", "interarrival", "job_size", "latency", "queue", "loss",
                  "chunk_sizes", "period")
+
+
+class TraceFileError(ValueError):
+    """A trace file (or dataset folder) the user gave is missing or malformed.
+
+    ``str()`` is one line, ``"<path>:<line>: trace '<id>': <message>"`` without the parts that
+    are None, so it reads well in a log and an editor can jump to the line.
+    """
+
+    def __init__(self, path: str | Path | None, message: str, line: int | None = None,
+                 trace_id: str | None = None) -> None:
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.trace_id = trace_id
+        self.message = message
+        head = ":".join(str(p) for p in (self.path, line) if p is not None)
+        body = message if trace_id is None else f"trace '{trace_id}': {message}"
+        super().__init__(re.sub(r"\s*[\r\n]+\s*", " ", f"{head}: {body}" if head else body))
+
+    def __reduce__(self):  # keeps the attributes when the error crosses a process boundary
+        return type(self), (self.path, self.message, self.line, self.trace_id)
 
 
 class TraceSetFileError(ValueError):
