@@ -4,7 +4,7 @@ Every function reads files only (each run directory's ``config.yaml``, ``eval.pa
 ``sampler.parquet``; the TraceBench datasets; the cached stage 1-2 analyses) and writes PNG +
 PDF through ``plume.report.figures.save_figure``. Every aggregate figure states how many runs
 it pools. Statistics over training (the curves) are across seeds: the mean of the per-seed
-values and a 95 % percentile-bootstrap CI of that mean; the rliable report of
+values and the report's 95 % Student-t interval of that mean (none below 5 seeds); the report of
 ``plume.report.cli.build_report`` gives the end-of-training comparisons.
 
 ``render(name, runs, out, ...)`` draws figure ``name`` of ``experiments.runner`` into ``out``.
@@ -54,7 +54,6 @@ DATASET_LABELS = {
     "majority_slow": "Majority Slow",
 }
 SUBSETS = {"all": "all traces", "slow": "slow traces"}
-CI_REPS = 2000
 
 
 def _plt():
@@ -142,15 +141,17 @@ def qoe_table(runs: Sequence[RunInfo]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def mean_and_ci(values: np.ndarray, reps: int = CI_REPS, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and 95 % percentile-bootstrap CI of the mean (a point when n = 1)."""
+def mean_and_ci(values: np.ndarray) -> tuple[float, float, float]:
+    """Mean over seeds and the report's 95 % Student-t interval of it
+    (``plume.report.inference``: coverage measured by simulation); NaN bounds below the
+    report's minimum of runs, so no band or interval is drawn from too few seeds."""
+    from plume.report.inference import enough_runs, mean_interval
+
     values = np.asarray(values, dtype=float)
     mean = float(values.mean())
-    if len(values) < 2:
-        return mean, mean, mean
-    rng = np.random.default_rng(seed)
-    boot = values[rng.integers(0, len(values), (reps, len(values)))].mean(axis=1)
-    low, high = np.percentile(boot, [2.5, 97.5])
+    if not enough_runs(len(values)):
+        return mean, float("nan"), float("nan")
+    _, low, high = mean_interval(values)
     return mean, float(low), float(high)
 
 
@@ -167,7 +168,7 @@ def _run_count_text(runs: Sequence[RunInfo]) -> str:
 
 def curves(ax, table: pd.DataFrame, train: str, test_set: str, subset: str) -> dict[str, int]:
     """Test QoE over training on one axis, one line per sampler (mean over seeds and 95 %
-    bootstrap band); returns the number of seeds per sampler drawn."""
+    Student-t band, none below 5 seeds); returns the number of seeds per sampler drawn."""
     rows = table[(table["train"] == train) & (table["test_set"] == test_set)
                  & (table["subset"] == subset) & (table["progress"] > 0)]  # the paper's x axis
     counts = {}
@@ -212,7 +213,7 @@ def curves_figure(runs: Sequence[RunInfo], panels: Sequence[tuple[str, str, str]
                         transform=ax.transAxes, color="grey")
             elif row == 0 and column == 0:
                 ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"{title}\nmean over seeds, 95 % bootstrap CI band over seeds; "
+    fig.suptitle(f"{title}\nmean over seeds, 95 % Student-t band over seeds (none below 5); "
                  f"{_run_count_text(runs)}",
                  fontsize=10)
     fig.tight_layout()
@@ -242,7 +243,7 @@ def sampler_weight_table(runs: Sequence[RunInfo]) -> pd.DataFrame:
 
 def weights_figure(runs: Sequence[RunInfo], datasets: Sequence[str], stem: Path) -> list[Path]:
     """Paper Fig. 10: Plume-Dynamic's relative sampling weight per trace kind over training,
-    one panel per training dataset (mean over seeds, 95 % bootstrap band)."""
+    one panel per training dataset (mean over seeds, 95 % Student-t band)."""
     plt = _plt()
     table = sampler_weight_table([r for r in runs if r.sampler == "plume_dynamic"])
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.0),
@@ -273,7 +274,8 @@ def weights_figure(runs: Sequence[RunInfo], datasets: Sequence[str], stem: Path)
     axes[0][0].set_ylabel("relative sampling weight (1 = uniform)")
     axes[0][0].legend(fontsize=8)
     fig.suptitle("Plume-Dynamic: sampling weight per ground-truth kind (never seen by Plume); "
-                 f"mean over seeds, 95 % bootstrap band; n = {used} runs", fontsize=10)
+                 f"mean over seeds, 95 % Student-t band (none below 5); n = {used} runs",
+                 fontsize=10)
     fig.tight_layout()
     return _save(fig, stem)
 
@@ -459,119 +461,12 @@ def report(runs: Sequence[RunInfo], out: Path, options: dict[str, Any]):
     return build_report([r.path for r in runs], out, **settings)
 
 
-def slow_trace_comparison(runs: Sequence[RunInfo], test_set: str, algorithm: str = "plume_dynamic",
-                          baseline: str = "uniform", reps: int = 2000, seed: int = 0) -> dict:
-    """``algorithm`` vs ``baseline`` on the slow traces of ``test_set`` at the end of training,
-    with the report's statistics (plume.report.stats: normalised scores, traces averaged within
-    a run first, 95 % stratified-bootstrap CIs, rliable's probability of improvement).
-
-    Main answer: one task = all slow traces of the test set pooled (the paper's "slow traces"
-    panel pools Slow Low-Var and Slow High-Var), a (runs x 1) matrix per sampler. Breakdown:
-    the same per slow kind, and with the kinds as two tasks (a trade between kinds shows there
-    as a PoI near 0.5). Only seeds both samplers have are used."""
-    from plume.report.runs import load_scores, scan_runs
-    from plume.report.stats import (
-        aggregate_metrics,
-        interval_estimates,
-        normalise,
-        probability_of_improvement,
-    )
-
-    mine = [r for r in runs if r.sampler in (algorithm, baseline)]
-    if not {r.sampler for r in mine} >= {algorithm, baseline}:
-        return {"error": f"needs completed runs of both {algorithm} and {baseline}"}
-    scores = normalise(load_scores(scan_runs([r.path for r in mine])))
-    last = scores.groupby("run_dir")["progress"].transform("max")
-    slow = scores[(scores["progress"] == last) & (scores["test_set"] == test_set)
-                  & scores["label"].astype(str).str.startswith("slow")]
-    if slow.empty:
-        return {"error": f"no slow traces of test set {test_set} in the runs' evaluations"}
-    slow = slow.assign(seed=slow["seed"].astype(int), label=slow["label"].astype(str))
-    seeds = sorted(set.intersection(*[set(slow.loc[slow["sampler"] == s, "seed"])
-                                      for s in (algorithm, baseline)]))
-    slow = slow[slow["seed"].isin(seeds)]
-    kinds = sorted(slow["label"].unique())
-    pooled = slow.groupby(["sampler", "seed"]).agg(score=("score", "mean"), raw=("raw", "mean"))
-    per_kind = slow.groupby(["sampler", "seed", "label"])["score"].mean()
-
-    def matrix(sampler: str, kind: str | None = None, all_kinds: bool = False) -> np.ndarray:
-        if all_kinds:
-            return per_kind.loc[sampler].unstack("label").reindex(
-                index=seeds, columns=kinds).to_numpy(dtype=float)
-        if kind is None:
-            return pooled.loc[sampler].reindex(seeds)["score"].to_numpy(dtype=float)[:, None]
-        return per_kind.loc[sampler].xs(kind, level="label").reindex(seeds).to_numpy(
-            dtype=float)[:, None]
-
-    matrices = {s: matrix(s) for s in (algorithm, baseline)}
-    if any(np.isnan(m).any() for m in matrices.values()):
-        return {"error": "some run lacks the slow traces of the test set"}
-    points, intervals = interval_estimates(matrices, aggregate_metrics, reps=reps, seed=seed)
-    poi, lo, hi = probability_of_improvement(matrices[algorithm], matrices[baseline],
-                                             reps=reps, seed=seed)
-    result = {"algorithm": algorithm, "baseline": baseline, "test_set": test_set,
-              "kinds": kinds, "seeds": seeds, "n_runs": len(seeds), "reps": reps,
-              "n_traces": int(slow[slow["sampler"] == algorithm].groupby("seed").size().iloc[0]),
-              "poi": (poi, lo, hi), "verdict": _verdict(lo, hi), "per_kind": {}}
-    for sampler in (algorithm, baseline):
-        for i, metric in enumerate(("IQM", "mean")):
-            result[f"{sampler}_{metric}"] = (float(points[sampler][i]),
-                                             float(intervals[sampler][0, i]),
-                                             float(intervals[sampler][1, i]))
-        result[f"{sampler}_raw_qoe"] = float(pooled.loc[sampler]["raw"].mean())
-    for kind in kinds:
-        result["per_kind"][kind] = probability_of_improvement(
-            matrix(algorithm, kind), matrix(baseline, kind), reps=reps, seed=seed)
-    if len(kinds) > 1:
-        result["kinds_as_tasks"] = probability_of_improvement(
-            matrix(algorithm, all_kinds=True), matrix(baseline, all_kinds=True),
-            reps=reps, seed=seed)
-    return result
 
 
-def _verdict(lo: float, hi: float) -> str:
-    return "better" if lo > 0.5 else "worse" if hi < 0.5 else "no difference"
 
 
-def _triple(values: tuple[float, float, float]) -> str:
-    return f"{values[0]:.3f} [{values[1]:.3f}, {values[2]:.3f}]"
 
 
-def comparison_text(c: dict, scenario: str) -> str:
-    """One honest paragraph from ``slow_trace_comparison``."""
-    if "error" in c:
-        return f"{scenario}: no answer: {c['error']}."
-    name, base = c["algorithm"], c["baseline"]
-    a, b = SAMPLER_LABELS.get(name, name), SAMPLER_LABELS.get(base, base)
-    poi = f"probability of improvement {_triple(c['poi'])}"
-    if c["verdict"] == "better":
-        head = f"**Yes: {a} beats {b} on the slow traces** ({poi}; the 95 % CI excludes 0.5)."
-    elif c["verdict"] == "worse":
-        head = (f"**No: {a} is worse than {b} on the slow traces** ({poi}; the 95 % CI "
-                "excludes 0.5, on the baseline's side).")
-    else:
-        head = (f"**Not clearly: {a} does not significantly beat {b} on the slow traces** "
-                f"({poi}; the 95 % CI includes 0.5).")
-    kinds = "; ".join(f"{k} {_triple(v)} ({_verdict(v[1], v[2])})"
-                      for k, v in c["per_kind"].items())
-    both = (f"; the two kinds as two tasks: {_triple(c['kinds_as_tasks'])}"
-            if "kinds_as_tasks" in c else "")
-    return (
-        f"{head} Final evaluation, the {c['n_traces']} slow traces of test set "
-        f"`{c['test_set']}` pooled (one task), n = {c['n_runs']} runs per sampler (seeds "
-        f"{', '.join(map(str, c['seeds']))}), {c['reps']} bootstrap reps. Normalised score "
-        f"(0 = always the lowest bitrate, 1 = the highest bitrate without stalls): "
-        f"{a} IQM {_triple(c[name + '_IQM'])}, mean {_triple(c[name + '_mean'])}; "
-        f"{b} IQM {_triple(c[base + '_IQM'])}, mean {_triple(c[base + '_mean'])} "
-        f"(raw QoE per chunk {c[name + '_raw_qoe']:.3f} vs {c[base + '_raw_qoe']:.3f}). "
-        f"Probability of improvement per slow kind: {kinds}{both}."
-        + (f" Caution: with {c['n_runs']} runs per sampler the bootstrap CIs are coarse (a PoI "
-           "CI collapses to a point when every pair of runs is ordered the same way)."
-           if c["n_runs"] < 5 else "")
-    )
-
-
-# --------------------------------------------------------------------------- render
 
 
 def render(name: str, run_dirs: Sequence[str | Path], out: str | Path, *, root: str | Path,
@@ -621,15 +516,9 @@ def render(name: str, run_dirs: Sequence[str | Path], out: str | Path, *, root: 
         test = "majority_slow" if "majority_slow" in test_sets else test_sets[0]
         text = [f"# {title}", "", f"Runs: {_run_count_text(runs)}; {_algo_text(runs)}.", "",
                 "```", _scores_text(runs, train, test), "```", ""]
-        others = [s for s in _ordered({r.sampler for r in runs}) if s != "uniform"]
-        for sampler in sorted(others, key=lambda s: s != "plume_dynamic"):
-            comparison = slow_trace_comparison(runs, test, sampler, "uniform",
-                                               int(options.get("reps") or 2000),
-                                               int(options.get("seed") or 0))
-            text += [f"{SAMPLER_LABELS.get(sampler, sampler)} vs uniform on the slow traces of "
-                     f"`{test}`: " + comparison_text(comparison, name), ""]
-        if result is not None:
-            text += ["rliable report (test sets as tasks): report/report.md", "",
+        if result is not None:  # the report's verdicts: its tasks, methods and minimum runs
+            text += [f"Verdicts of the report (report/report.md; tasks: "
+                     f"{', '.join(result.analysis.tasks)}):", "",
                      *[f"- {answer}" for answer in result.answers], ""]
         (out / "summary.md").write_text("\n".join(text))
         artefacts["summary"] = out / "summary.md"
@@ -693,12 +582,12 @@ def _report_artefacts(result: Any) -> dict[str, Any]:
 
 
 def _scores_text(runs: Sequence[RunInfo], train: str, test_set: str) -> str:
-    """Final test QoE per chunk per sampler (mean over seeds, 95 % bootstrap CI)."""
+    """Final test QoE per chunk per sampler (mean over seeds, 95 % Student-t interval)."""
     table = qoe_table([r for r in runs if r.dataset == train])
     if table.empty:
         return "no completed runs"
     lines = [(f"final test QoE per chunk, train {train}, test {test_set} "
-              "(mean over seeds [95 % bootstrap CI]):")]
+              "(mean over seeds [95 % Student-t interval]):")]
     for subset, subset_text in SUBSETS.items():
         rows = table[(table["test_set"] == test_set) & (table["subset"] == subset)]
         if rows.empty:
@@ -708,8 +597,10 @@ def _scores_text(runs: Sequence[RunInfo], train: str, test_set: str) -> str:
         for sampler in _ordered(last["sampler"].unique()):
             values = last[last["sampler"] == sampler]["qoe"].to_numpy()
             mean, low, high = mean_and_ci(values)
-            parts.append(f"{SAMPLER_LABELS.get(sampler, sampler)} {mean:.3f} "
-                         f"[{low:.3f}, {high:.3f}] (n={len(values)})")
+            interval = (f"[{low:.3f}, {high:.3f}]" if np.isfinite(low)
+                        else "[too few runs for an interval]")
+            parts.append(f"{SAMPLER_LABELS.get(sampler, sampler)} {mean:.3f} {interval} "
+                         f"(n={len(values)})")
         lines.append(f"  {subset_text}: " + "; ".join(parts))
     return "\n".join(lines)
 
@@ -721,8 +612,6 @@ def fig9_summary(runs: Sequence[RunInfo], results: dict[str, Any],
     scenario's numbers."""
     from experiments.runner import SCENARIOS
 
-    reps = int(options.get("reps") or 2000)
-    seed = int(options.get("seed") or 0)
     lines = ["# Fig. 9 summary", "",
              f"Runs: {_run_count_text(runs)}; {_algo_text(runs)}. The paper trained an Ape-X DQN "
              "for 4e6 env steps; these runs train PPO" + (
@@ -734,11 +623,6 @@ def fig9_summary(runs: Sequence[RunInfo], results: dict[str, Any],
         if not mine:
             lines += ["No completed runs.", ""]
             continue
-        for algorithm in ("plume_dynamic", "plume_static"):
-            comparison = slow_trace_comparison(mine, test, algorithm, "uniform", reps, seed)
-            if algorithm == "plume_dynamic" or "error" not in comparison:
-                prefix = "" if algorithm == "plume_dynamic" else "Plume-Static: "
-                lines += [prefix + comparison_text(comparison, scenario), ""]
         result = results.get(scenario)
         if result is not None:
             from plume.report.comparisons import verdict_sentence
