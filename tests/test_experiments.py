@@ -183,3 +183,20 @@ def test_the_runner_trains_skips_completed_jobs_and_renders(tmp_path, capsys):
     assert figure.with_suffix(".png").is_file() and figure.with_suffix(".pdf").is_file()
     assert (out / "quickstart" / "report" / "report.md").is_file()
     assert "Plume-Dynamic" in second and "n=2" in second
+
+
+def test_dry_run_estimates_the_runtime_from_the_completed_runs(tmp_path):
+    jobs = runner.figure_jobs("quickstart", "quick")
+    planned = runner.plan(jobs, tmp_path, ["logger=none"])
+    assert runner.estimated_runtime(planned, planned, workers=2).startswith(
+        "estimated runtime: 0:09:22 for 15 job(s), 9,000,000 env steps at 8,000 steps/s")
+    done = planned[0]
+    done.run_dir.mkdir(parents=True)
+    (done.run_dir / "status.json").write_text(json.dumps(
+        {"state": "completed", "summary": {"steps_per_s": 10_000.0}}))
+    planned = runner.plan(jobs, tmp_path, ["logger=none"])
+    pending = [p for p in planned if not p.completed]
+    line = runner.estimated_runtime(pending, planned, workers=2)
+    # 14 x 600k steps at 10k steps/s per job, two at a time: 420 s
+    assert line.startswith("estimated runtime: 0:07:00 for 14 job(s), 8,400,000 env steps at "
+                           "10,000 steps/s per job (the median of 1 completed run(s) here)")
