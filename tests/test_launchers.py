@@ -96,7 +96,8 @@ def test_dry_run_shows_the_launcher_and_a_bad_launcher_key_is_one_line(tmp_path,
                         "hydra.launcher.partition=cpu", "train.total_steps=4096"]) == 0
     printed = capsys.readouterr().out
     assert "launcher overrides: hydra/launcher=submitit_slurm hydra.launcher.partition=cpu" in printed
-    assert printed.count("train.total_steps=4096 seed=") == 6  # a plain KEY=VALUE: job override
+    # a plain KEY=VALUE is a job override: on each of the 10 jobs (2 datasets x 5 seeds)
+    assert printed.count("train.total_steps=4096 seed=") == 10
     assert runner.main(["fig10", "--dry-run", *root, "hydra.launcher.partitionn=cpu"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "partitionn" in error[0]
