@@ -41,20 +41,10 @@ DATASETS = ("aurora", "cc_series")
 
 
 def batched_steps_per_s(traces, n_envs: int, steps: int, repeats: int) -> list[float]:
-    """MIs per second (all copies) of the fluid env under fixed random actions, after a
-    50-step warm-up; one rate per repeat."""
+    """MIs per second (all copies) of the fluid env under fixed random rate changes."""
     env = CcVecEnv(traces, n_envs, mode="train", seed=0)
-    env.reset()
     actions = np.random.default_rng(0).normal(0.0, 4.0, (steps, n_envs, 1))
-    for a in actions[:50]:
-        env.step(a)
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for a in actions:
-            env.step(a)
-        rates.append(steps * n_envs / (time.perf_counter() - start))
-    return rates
+    return single_thread.random_action_steps_per_s(env, 0, steps, repeats, actions=actions)
 
 
 def packet_links(traces, rows) -> list[tuple[Capacity, float, float, float]]:

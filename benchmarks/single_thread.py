@@ -27,15 +27,18 @@ def pin_to_one_cpu() -> str:
     return f"cpu {cpu}"
 
 
-def random_action_steps_per_s(env, n_actions: int, steps: int, repeats: int) -> list[float]:
-    """Env steps per second (all copies) of a batched env driven by fixed random actions,
-    after a 50-step warm-up; one rate per repeat."""
+def random_action_steps_per_s(env, n_actions: int, steps: int, repeats: int,
+                              actions=None) -> list[float]:
+    """Env steps per second (all copies) of a batched env driven by fixed random actions
+    (``actions``, (steps, N, ...), or uniform integers below ``n_actions``), after a 50-step
+    warm-up; one rate per repeat."""
     import time
 
     import numpy as np
 
     env.reset()
-    actions = np.random.default_rng(0).integers(0, n_actions, (steps, env.num_envs))
+    if actions is None:
+        actions = np.random.default_rng(0).integers(0, n_actions, (steps, env.num_envs))
     for a in actions[:50]:
         env.step(a)
     rates = []
