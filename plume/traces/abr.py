@@ -109,7 +109,13 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-from plume.traces.mixtures import check_int, kind_counts, seeded_rng, uniform_between
+from plume.traces.mixtures import (
+    check_dataset_split,
+    check_int,
+    kind_counts,
+    seeded_rng,
+    uniform_between,
+)
 from plume.traces.traceset import TraceSet
 
 __all__ = [
@@ -438,7 +444,8 @@ def _puffer_kind(kind: PufferKind, count: int, rngs, min_chunks: int, max_chunks
     path = path_rng.standard_normal((count, max_chunks, 4))  # log noise, regime, scene, jitter
     noise = video_rng.standard_normal((count, max_chunks, 2, N_ENCODINGS), dtype=np.float32)
 
-    bandwidth = _log_ar_throughput(kind.level.from_uniform(u[:, 0]), uniform_between(kind.cv, u[:, 2]),
+    bandwidth = _log_ar_throughput(kind.level.from_uniform(u[:, 0]),
+                                   uniform_between(kind.cv, u[:, 2]),
                                    uniform_between(kind.ar, u[:, 3]), path[..., 0])
     if kind.regime_rate > 0:
         bandwidth *= np.exp(_regimes(events[..., 0] < kind.regime_rate, path[..., 1],
@@ -465,7 +472,8 @@ def _smooth_kind(kind: SmoothKind, count: int, rngs, duration: float) -> dict:
         dt = np.clip(dt, *kind.dt_range)
     time = np.zeros((count, width))
     np.cumsum(dt[:, :-1], axis=1, out=time[:, 1:])
-    bandwidth = _log_ar_throughput(kind.level.from_uniform(u[:, 0]), uniform_between(kind.cv, u[:, 1]),
+    bandwidth = _log_ar_throughput(kind.level.from_uniform(u[:, 0]),
+                                   uniform_between(kind.cv, u[:, 1]),
                                    uniform_between(kind.ar, u[:, 2]), path[..., 0])
     return {"time": time, "bandwidth": np.maximum(bandwidth, MIN_THROUGHPUT_MBPS),
             "lengths": (time < duration).sum(axis=1)}
@@ -735,11 +743,7 @@ STREAM_ORDER: tuple[tuple[str, str], ...] = (
 
 
 def _check_names(name: str, split: str) -> None:
-    if name not in ABR_DATASETS:
-        raise ValueError(f"unknown ABR dataset {name!r}; expected one of {sorted(ABR_DATASETS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
-
+    check_dataset_split(name, split, ABR_DATASETS, SPLITS, "ABR")
 
 def generate_abr_dataset(name: str, split: str, seed: int = DATASET_SEED) -> TraceSet:
     """Generate one split of a built-in dataset (``"<name>/<split>"``, ids

@@ -58,6 +58,7 @@ from functools import cache
 
 import numpy as np
 
+from plume.traces.mixtures import check_dataset_split
 from plume.traces.traceset import TraceSet
 
 __all__ = [
@@ -268,10 +269,7 @@ CC_DATASETS: dict[str, CcDataset] = {
 
 
 def _check_names(name: str, split: str) -> None:
-    if name not in CC_DATASETS:
-        raise ValueError(f"unknown CC dataset {name!r}; expected one of {sorted(CC_DATASETS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
+    check_dataset_split(name, split, CC_DATASETS, SPLITS, "CC")
 
 
 def _check_seed(seed: int) -> int:

@@ -73,7 +73,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from plume.traces.mixtures import check_int, kind_counts, seeded_rng, uniform_between
+from plume.traces.mixtures import (
+    check_dataset_split,
+    check_int,
+    kind_counts,
+    seeded_rng,
+    uniform_between,
+)
 from plume.traces.traceset import TraceFileError, TraceSet
 
 __all__ = [
@@ -257,7 +263,8 @@ def _kind_traces(kind: LbKind, count: int, rngs, n_jobs: int) -> dict[str, np.nd
     arrival structure, 4 the batch or MMPP gaps (one call each, so row j depends on j only)."""
     params = rngs[0].random((count, 4))
     load, tail = uniform_between(kind.load, params[:, 0]), uniform_between(kind.tail, params[:, 1])
-    burst, share = uniform_between(kind.burst, params[:, 2]), uniform_between(kind.elephants, params[:, 3])
+    burst = uniform_between(kind.burst, params[:, 2])
+    share = uniform_between(kind.elephants, params[:, 3])
     u, pick = rngs[1].random((count, n_jobs)), rngs[2].random((count, n_jobs))
     if kind.arrivals == "batch":
         first = _batch_starts(burst, rngs[3], n_jobs)
@@ -403,11 +410,7 @@ STREAM_ORDER: tuple[tuple[str, str], ...] = tuple(
 
 
 def _check_names(name: str, split: str) -> None:
-    if name not in LB_DATASETS:
-        raise ValueError(f"unknown LB dataset {name!r}; expected one of {sorted(LB_DATASETS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
-
+    check_dataset_split(name, split, LB_DATASETS, SPLITS, "LB")
 
 def generate_lb_dataset(name: str, split: str, seed: int = DATASET_SEED) -> TraceSet:
     """One split of a built-in dataset (``"<name>/<split>"``, ids ``"<name>/<split>/0000"``)."""

@@ -50,3 +50,12 @@ def kind_counts(n: int, kinds: Mapping[str, object], class_weights) -> dict[str,
 def uniform_between(bounds: tuple[float, float], u: np.ndarray) -> np.ndarray:
     """``u`` in [0, 1) mapped onto [low, high)."""
     return bounds[0] + (bounds[1] - bounds[0]) * u
+
+
+def check_dataset_split(name: str, split: str, datasets, splits, what: str) -> None:
+    """ValueError listing the valid choices unless ``name`` is one of ``datasets`` and
+    ``split`` one of ``splits`` (``what``: "ABR", "LB", ... for the message)."""
+    if name not in datasets:
+        raise ValueError(f"unknown {what} dataset {name!r}; expected one of {sorted(datasets)}")
+    if split not in splits:
+        raise ValueError(f"unknown split {split!r}; expected one of {list(splits)}")
