@@ -70,10 +70,12 @@ def build_sampler(
 def check_sampler_params(name: str, params: dict[str, Any]) -> None:
     """Build ``SAMPLERS[name]`` with ``params`` on four stand-in traces (two clusters), so an
     out-of-range value (``alpha=1.5``, ``epsilon=-0.1``) fails at validation, before any data
-    or analysis, with the sampler's own message (ValueError / TypeError)."""
+    or analysis, with the sampler's own message (ValueError / TypeError). The stand-in
+    throughputs straddle any finite ``threshold``: whether a threshold splits the real traces
+    is a property of the data, checked when the sampler is built on them."""
     stand_ins = {"memberships": np.repeat(np.eye(2), 2, axis=0),
                  "features": np.arange(8.0).reshape(4, 2),
-                 "mean_throughput": np.array([1.0, 2.0, 3.0, 4.0])}
+                 "mean_throughput": np.array([-1e300, -1.0, 1.0, 1e300])}
     cls = SAMPLERS[name]
     inputs = {key: stand_ins[key] for key in getattr(cls, "inputs", ())}
     cls(4, np.random.default_rng(0), **inputs, **params)
