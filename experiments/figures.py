@@ -1,19 +1,18 @@
-"""The paper's simulation figures, drawn from run directories and datasets.
+"""The paper's figures, drawn from run directories and datasets.
 
 Every function reads files only (each run directory's ``config.yaml``, ``eval.parquet`` and
-``sampler.parquet``; the TraceBench datasets; the cached stage 1-2 analyses) and writes PNG +
-PDF through ``plume.report.figures.save_figure``. Every aggregate figure states how many runs
-it pools. Statistics over training (the curves) are across seeds: the mean of the per-seed
-values and the report's 95 % Student-t interval of that mean (none below 5 seeds); the report of
-``plume.report.cli.build_report`` gives the end-of-training comparisons.
+``sampler.parquet``; the datasets; the cached stage 1-2 analyses) and writes PNG + PDF through
+``plume.report.figures.save_figure``. Every aggregate figure states how many runs it pools.
+The training figures of ``experiments.catalog`` are drawn by ``experiments.curves``; this module
+draws the rest (datasets, clusters, Plume-Dynamic's weights) and dispatches.
 
-``render(name, runs, out, ...)`` draws figure ``name`` of ``experiments.runner`` into ``out``.
+``render(name, roles, out, ...)`` draws figure ``name`` of ``experiments.runner`` into ``out``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,20 +20,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-SAMPLER_ORDER = ("uniform", "trace_error", "plume_static", "plume_dynamic")
-SAMPLER_LABELS = {
-    "uniform": "Uniform (Random)",
-    "trace_error": "Trace-Error",
-    "plume_static": "Plume-Static",
-    "plume_dynamic": "Plume-Dynamic",
-}
-# The reference's plotting styles (paper digest §8): colour, line style, marker.
-SAMPLER_STYLES = {
-    "uniform": ("#1b9e77", "--", "o"),
-    "plume_dynamic": ("#D62728", "-", "v"),
-    "plume_static": ("#a6761d", "-.", "d"),
-    "trace_error": ("#7570b3", ":", "<"),
-}
+from experiments.catalog import DATASET_LABELS
+from experiments.curves import mean_and_ci
+
 KIND_ORDER = ("fast_low-var", "fast_high-var", "slow_low-var", "slow_high-var")
 KIND_LABELS = {
     "fast_low-var": "Fast, low variance",
@@ -48,12 +36,6 @@ KIND_COLOURS = {
     "slow_low-var": "#d62728",
     "slow_high-var": "#ff7f0e",
 }
-DATASET_LABELS = {
-    "majority_fast": "Majority Fast",
-    "balanced": "Balanced",
-    "majority_slow": "Majority Slow",
-}
-SUBSETS = {"all": "all traces", "slow": "slow traces"}
 
 
 def _plt():
@@ -118,106 +100,6 @@ def completed_runs(paths: Iterable[str | Path]) -> list[RunInfo]:
             if state == "completed" and (candidate / "eval.parquet").is_file():
                 found[candidate] = None
     return [read_run(p) for p in found]
-
-
-def qoe_table(runs: Sequence[RunInfo]) -> pd.DataFrame:
-    """Per run, test set, evaluation point and subset (all / slow traces): the mean QoE per
-    chunk (episode return / chunks) over the test set's traces."""
-    frames = []
-    for run in runs:
-        frame = pd.read_parquet(run.path / "eval.parquet",
-                                columns=["test_set", "label", "return", "length", "progress"])
-        frame["qoe"] = frame["return"] / frame["length"]
-        subsets = {"all": frame}
-        if frame["label"].notna().any():
-            subsets["slow"] = frame[frame["label"].astype(str).str.startswith("slow")]
-        for subset, rows in subsets.items():
-            means = rows.groupby(["test_set", "progress"], as_index=False)["qoe"].mean()
-            frames.append(means.assign(subset=subset, sampler=run.sampler, train=run.dataset,
-                                       seed=run.seed, run=str(run.path)))
-    if not frames:
-        return pd.DataFrame(columns=["test_set", "progress", "qoe", "subset", "sampler",
-                                     "train", "seed", "run"])
-    return pd.concat(frames, ignore_index=True)
-
-
-def mean_and_ci(values: np.ndarray) -> tuple[float, float, float]:
-    """Mean over seeds and the report's 95 % Student-t interval of it
-    (``plume.report.inference``: coverage measured by simulation); NaN bounds below the
-    report's minimum of runs, so no band or interval is drawn from too few seeds."""
-    from plume.report.inference import enough_runs, mean_interval
-
-    values = np.asarray(values, dtype=float)
-    mean = float(values.mean())
-    if not enough_runs(len(values)):
-        return mean, float("nan"), float("nan")
-    _, low, high = mean_interval(values)
-    return mean, float(low), float(high)
-
-
-def _ordered(samplers: Iterable[str]) -> list[str]:
-    present = set(samplers)
-    return [s for s in SAMPLER_ORDER if s in present] + sorted(present - set(SAMPLER_ORDER))
-
-
-def _run_count_text(runs: Sequence[RunInfo]) -> str:
-    per = pd.Series([r.sampler for r in runs]).value_counts()
-    parts = ", ".join(f"{SAMPLER_LABELS.get(s, s)} {int(per[s])}" for s in _ordered(per.index))
-    return f"n = {len(runs)} runs ({parts})"
-
-
-def curves(ax, table: pd.DataFrame, train: str, test_set: str, subset: str) -> dict[str, int]:
-    """Test QoE over training on one axis, one line per sampler (mean over seeds and 95 %
-    Student-t band, none below 5 seeds); returns the number of seeds per sampler drawn."""
-    rows = table[(table["train"] == train) & (table["test_set"] == test_set)
-                 & (table["subset"] == subset) & (table["progress"] > 0)]  # the paper's x axis
-    counts = {}
-    for sampler in _ordered(rows["sampler"].unique()):
-        mine = rows[rows["sampler"] == sampler]
-        points = []
-        for progress, at in mine.groupby("progress"):
-            points.append((progress, *mean_and_ci(at["qoe"].to_numpy())))
-        if not points:
-            continue
-        x, mean, low, high = map(np.asarray, zip(*points))
-        colour, style, marker = SAMPLER_STYLES.get(sampler, (None, "-", "."))
-        n = mine["seed"].nunique()
-        counts[sampler] = n
-        line, = ax.plot(100 * x, mean, linestyle=style, marker=marker, markersize=4,
-                        color=colour, label=f"{SAMPLER_LABELS.get(sampler, sampler)} (n={n})")
-        ax.fill_between(100 * x, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
-    ax.set_xlabel("training progress (%)")
-    ax.grid(alpha=0.3)
-    return counts
-
-
-def curves_figure(runs: Sequence[RunInfo], panels: Sequence[tuple[str, str, str]],
-                  stem: Path, title: str) -> list[Path]:
-    """Columns = ``panels`` of (title, training dataset, test set); rows = all / slow traces."""
-    plt = _plt()
-    table = qoe_table(runs)
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 7.2), squeeze=False,
-                             sharex=True)
-    for column, (name, train, test_set) in enumerate(panels):
-        for row, subset in enumerate(SUBSETS):
-            ax = axes[row][column]
-            counts = curves(ax, table, train, test_set, subset)
-            if row == 0:
-                ax.set_title((f"{name}\n" if name else "")
-                             + f"train {DATASET_LABELS.get(train, train)}, "
-                             f"test {DATASET_LABELS.get(test_set, test_set)}", fontsize=10)
-            if column == 0:
-                ax.set_ylabel(f"test QoE per chunk, {SUBSETS[subset]}")
-            if not counts:
-                ax.text(0.5, 0.5, "no completed runs", ha="center", va="center",
-                        transform=ax.transAxes, color="grey")
-            elif row == 0 and column == 0:
-                ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"{title}\nmean over seeds, 95 % Student-t band over seeds (none below 5); "
-                 f"{_run_count_text(runs)}",
-                 fontsize=10)
-    fig.tight_layout()
-    return _save(fig, stem)
 
 
 # --------------------------------------------------------------------------- fig10
@@ -447,102 +329,95 @@ def _short(feature: str) -> str:
     return " ".join(feature.split("__")[1:]) or feature
 
 
-# --------------------------------------------------------------------------- rliable report
+# --------------------------------------------------------------------------- fig11
 
 
-def report(runs: Sequence[RunInfo], out: Path, options: dict[str, Any]):
-    """``plume.report.cli.build_report`` on ``runs`` (grouped by sampler, uniform baseline);
-    None when there are no runs."""
-    if not runs:
-        return None
-    from plume.report.cli import build_report
-
-    settings = {"group_by": "sampler", "baseline": "uniform", **options}
-    return build_report([r.path for r in runs], out, **settings)
+ENV_CLUSTERS = (("fig11a", "abr"), ("fig11b", "cc"), ("fig11c", "lb"))
+"""Paper Fig. 11a-c: the environment of each panel; its default training dataset is used."""
 
 
+def env_clusters(out: Path, cache_dir: Path) -> tuple[dict[str, list[Path]], list[str]]:
+    """Paper Fig. 11a-c: Plume's stage 1-2 on the default training traces of ABR, CC and LB
+    (with each env's own analysis settings), drawn over the two most important kept features;
+    returns the figures and one summary line per env."""
+    from omegaconf import OmegaConf
+
+    from plume.analysis import adjusted_rand_index, analyze
+    from plume.envs.registry import get_env
+    from plume.harness.schema import analysis_settings
+    from plume.report.figures import cluster_scatter
+
+    base = OmegaConf.load(_conf_dir() / "analysis" / "plume.yaml")
+    figures, lines = {}, []
+    for stem, name in ENV_CLUSTERS:
+        spec = get_env(name)
+        dataset = spec.default_dataset(spec.params())
+        traces = spec.load_builtin(dataset, "train")
+        result = analyze(traces, analysis_settings(base, spec.analysis_for(dataset)),
+                         cache_dir=cache_dir)
+        ari = (f", ARI vs the generator's kinds {adjusted_rand_index(result):.3f}"
+               if result.true_labels is not None else "")
+        figures[stem] = cluster_scatter(
+            result, out / f"{stem}_{name}_clusters",
+            title=f"{name}: {dataset}/train, k={result.k}, {len(result.labels)} traces{ari}")
+        top = ", ".join(_short(f) for f in result.top_features[:2])
+        lines.append(f"{stem} {name} ({dataset}/train, {len(result.labels)} traces): k={result.k}, "
+                     f"sizes {result.cluster_sizes.tolist()}{ari}; axes: {top}")
+    return figures, lines
 
 
+def _conf_dir() -> Path:
+    from plume.harness.train import CONF_DIR
+
+    return Path(CONF_DIR)
 
 
+def render(name: str, roles: Mapping[Path, tuple[str, str]], out: str | Path, *,
+           root: str | Path, expected_runs: int = 0,
+           report_options: dict | None = None) -> dict[str, Any]:
+    """Draw figure ``name`` into ``out`` from ``roles`` (its completed run directories, each
+    with its group and curve label); returns the artefacts written (and ``_summary``: a few
+    lines to print)."""
+    from experiments.catalog import FIG10_DATASETS, TRAINING_FIGURES
+    from experiments.curves import render_training
 
-
-
-
-def render(name: str, run_dirs: Sequence[str | Path], out: str | Path, *, root: str | Path,
-           expected_runs: int = 0, report_options: dict | None = None) -> dict[str, Any]:
-    """Draw figure ``name`` from ``run_dirs`` (the completed runs of its jobs) into ``out``;
-    returns the artefacts written (and ``_summary``: a few lines to print)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    options = dict(report_options or {})
-    runs = completed_runs(run_dirs)
     root = Path(root)
     artefacts: dict[str, Any] = {}
-    if name == "fig7":
+    if name in TRAINING_FIGURES:
+        artefacts = render_training(TRAINING_FIGURES[name], roles, out, report_options or {})
+    elif name == "fig7":
         artefacts["figure"], table = composition_figure(out / "fig7_datasets")
         (out / "composition.md").write_text("Traces per kind:\n\n" + _markdown(table.reset_index()))
         artefacts["table"] = out / "composition.md"
     elif name == "fig13":
         artefacts["figure"] = example_traces_figure(out / "fig13_example_traces")
-    elif name == "fig12":
-        artefacts["figure"], analyses = clusters_figure(out / "fig12_clusters",
-                                                        root / ".cache" / "analysis")
-        from plume.analysis import adjusted_rand_index
+    elif name in ("fig11", "fig12"):
+        if name == "fig11":
+            figures, lines = env_clusters(out, root / ".cache" / "analysis")
+            artefacts.update(figures)
+        else:
+            from plume.analysis import adjusted_rand_index
 
-        lines = [f"{a.dataset}: k={a.k}, sizes {a.cluster_sizes.tolist()}, "
-                 f"ARI vs kinds {adjusted_rand_index(a):.3f}" for a in analyses]
+            artefacts["figure"], analyses = clusters_figure(out / "fig12_clusters",
+                                                            root / ".cache" / "analysis")
+            lines = [f"{a.dataset}: k={a.k}, sizes {a.cluster_sizes.tolist()}, "
+                     f"ARI vs kinds {adjusted_rand_index(a):.3f}" for a in analyses]
         (out / "clusters.txt").write_text("\n".join(lines) + "\n")
         artefacts["summary"] = out / "clusters.txt"
         artefacts["_summary"] = "\n".join(lines)
     elif name == "fig10":
-        from experiments.runner import FIG10_DATASETS
-
+        runs = completed_runs(roles)
         artefacts["figure"] = weights_figure(runs, FIG10_DATASETS, out / "fig10_weights")
         text = weights_summary(runs, FIG10_DATASETS)
         (out / "weights.md").write_text(text)
         artefacts["summary"] = out / "weights.md"
         artefacts["_summary"] = text
-    elif name in ("quickstart", "fig8"):
-        train = "majority_fast"
-        test_sets = _test_sets(runs) or ["majority_fast", "balanced", "majority_slow"]
-        panels = [("", train, t) for t in test_sets]
-        title = ("Quickstart: uniform vs Plume on Majority Fast" if name == "quickstart"
-                 else "Fig. 8: Majority Fast ablation")
-        artefacts["figure"] = curves_figure(runs, panels, out / f"{name}_test_qoe",
-                                            f"{title} ({_algo_text(runs)})")
-        result = report(runs, out / "report", options)
-        artefacts.update(_report_artefacts(result))
-        test = "majority_slow" if "majority_slow" in test_sets else test_sets[0]
-        text = [f"# {title}", "", f"Runs: {_run_count_text(runs)}; {_algo_text(runs)}.", "",
-                "```", _scores_text(runs, train, test), "```", ""]
-        if result is not None:  # the report's verdicts: its tasks, methods and minimum runs
-            text += [f"Verdicts of the report (report/report.md; tasks: "
-                     f"{', '.join(result.analysis.tasks)}):", "",
-                     *[f"- {answer}" for answer in result.answers], ""]
-        (out / "summary.md").write_text("\n".join(text))
-        artefacts["summary"] = out / "summary.md"
-        artefacts["_summary"] = "\n".join(text[2:])
-    elif name == "fig9":
-        from experiments.runner import SCENARIOS
-
-        panels = [(s, train, test) for s, (train, test) in SCENARIOS.items()]
-        artefacts["figure"] = curves_figure(runs, panels, out / "fig9_scenarios",
-                                            f"Fig. 9: scenarios S1-S3 ({_algo_text(runs)})")
-        results = {}
-        for scenario, (train, test) in SCENARIOS.items():
-            mine = [r for r in runs if r.dataset == train]
-            results[scenario] = report(mine, out / scenario, options)
-            for key, value in _report_artefacts(results[scenario]).items():
-                artefacts[f"{scenario} {key}"] = value
-        text = fig9_summary(runs, results, options)
-        (out / "summary.md").write_text(text)
-        artefacts["summary"] = out / "summary.md"
-        artefacts["_summary"] = text
     else:
         raise ValueError(f"no figure called {name!r}")
-    if expected_runs and len(runs) < expected_runs:
-        artefacts["_summary"] = (f"NOTE: {len(runs)} of {expected_runs} runs are completed; "
+    if expected_runs and len(roles) < expected_runs:
+        artefacts["_summary"] = (f"NOTE: {len(roles)} of {expected_runs} runs are completed; "
                                  "the figure pools those only.\n"
                                  + artefacts.get("_summary", ""))
     return artefacts
@@ -554,83 +429,3 @@ def _markdown(frame: pd.DataFrame) -> str:
     rule = "|" + "---|" * len(frame.columns)
     rows = ["| " + " | ".join(map(str, row)) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows]) + "\n"
-
-
-def _test_sets(runs: Sequence[RunInfo]) -> list[str]:
-    order = {"majority_fast": 0, "balanced": 1, "majority_slow": 2}
-    found: set[str] = set()
-    for run in runs[:1]:
-        found |= set(pd.read_parquet(run.path / "eval.parquet", columns=["test_set"])["test_set"])
-    return sorted(found, key=lambda t: (order.get(t, 9), t))
-
-
-def _algo_text(runs: Sequence[RunInfo]) -> str:
-    if not runs:
-        return "no runs"
-    algos = sorted({r.algo.upper() for r in runs})
-    steps = sorted({r.total_steps for r in runs})
-    return f"{'/'.join(algos)}, {'/'.join(f'{s:,}' for s in steps)} env steps"
-
-
-def _report_artefacts(result: Any) -> dict[str, Any]:
-    """report.md and the PNGs of a ``ReportResult`` (nothing for None)."""
-    if result is None:
-        return {}
-    return {"report": result.report,
-            "report figures": [p for paths in result.figures.values() for p in paths
-                               if Path(p).suffix == ".png"]}
-
-
-def _scores_text(runs: Sequence[RunInfo], train: str, test_set: str) -> str:
-    """Final test QoE per chunk per sampler (mean over seeds, 95 % Student-t interval)."""
-    table = qoe_table([r for r in runs if r.dataset == train])
-    if table.empty:
-        return "no completed runs"
-    lines = [(f"final test QoE per chunk, train {train}, test {test_set} "
-              "(mean over seeds [95 % Student-t interval]):")]
-    for subset, subset_text in SUBSETS.items():
-        rows = table[(table["test_set"] == test_set) & (table["subset"] == subset)]
-        if rows.empty:
-            continue
-        last = rows[rows["progress"] == rows["progress"].max()]
-        parts = []
-        for sampler in _ordered(last["sampler"].unique()):
-            values = last[last["sampler"] == sampler]["qoe"].to_numpy()
-            mean, low, high = mean_and_ci(values)
-            interval = (f"[{low:.3f}, {high:.3f}]" if np.isfinite(low)
-                        else "[too few runs for an interval]")
-            parts.append(f"{SAMPLER_LABELS.get(sampler, sampler)} {mean:.3f} {interval} "
-                         f"(n={len(values)})")
-        lines.append(f"  {subset_text}: " + "; ".join(parts))
-    return "\n".join(lines)
-
-
-def fig9_summary(runs: Sequence[RunInfo], results: dict[str, Any],
-                 options: dict[str, Any]) -> str:
-    """Plain-language summary of Fig. 9: the S1 question first (does Plume-Dynamic beat uniform
-    on slow traces when trained on Majority Fast and tested on Majority Slow?), then every
-    scenario's numbers."""
-    from experiments.runner import SCENARIOS
-
-    lines = ["# Fig. 9 summary", "",
-             f"Runs: {_run_count_text(runs)}; {_algo_text(runs)}. The paper trained an Ape-X DQN "
-             "for 4e6 env steps; these runs train PPO" + (
-                 " with a smaller budget (quick profile)" if runs and max(
-                     r.total_steps for r in runs) < 4_000_000 else "") + ".", ""]
-    for scenario, (train, test) in SCENARIOS.items():
-        mine = [r for r in runs if r.dataset == train]
-        lines += [f"## {scenario}: train {DATASET_LABELS[train]}, test {DATASET_LABELS[test]}", ""]
-        if not mine:
-            lines += ["No completed runs.", ""]
-            continue
-        result = results.get(scenario)
-        if result is not None:
-            from plume.report.comparisons import verdict_sentence
-
-            verdicts = result.poi
-            for row in verdicts[verdicts["scope"] == "all tasks"].itertuples(index=False):
-                lines.append(f"- {verdict_sentence(row, len(verdicts))}")
-            lines.append(f"- rliable report (tasks: {', '.join(result.analysis.tasks)}): "
-                         f"{result.report.relative_to(result.out.parent).as_posix()}")
-        lines += ["", "```", _scores_text(mine, train, test), "```", ""]
-    return "\n".join(lines)

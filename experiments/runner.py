@@ -36,12 +36,22 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from experiments.catalog import (
+    DESCRIPTIONS,
+    FIG10_DATASETS,
+    FIGURES,
+    PROFILES,
+    SAMPLER_LABELS,
+    SEEDS,
+    TRAINING_FIGURES,
+    Figure,
+)
 from plume.harness.train import format_clock
 
 # conf/hydra/launcher/<name>.yaml has the name of the plugin's own schema, so Hydra 1.3 checks
@@ -50,42 +60,27 @@ from plume.harness.train import format_clock
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/\w+' is validated against "
                         "ConfigStore schema", category=UserWarning)
 
-PROFILES = ("quick", "paper")
-SEEDS = {"quick": 5, "paper": 5}  # >= plume.report.inference.MIN_RUNS
-DATASETS = ("majority_fast", "balanced", "majority_slow")
-# The paper's Fig. 9 scenarios: (training dataset, test set).
-SCENARIOS = {
-    "S1": ("majority_fast", "majority_slow"),
-    "S2": ("balanced", "balanced"),
-    "S3": ("majority_slow", "majority_fast"),
-}
-MAIN_SAMPLERS = ("uniform", "plume_static", "plume_dynamic")
-FIG8_SAMPLERS = ("uniform", "trace_error", "plume_static", "plume_dynamic")
-FIG10_DATASETS = ("majority_fast", "majority_slow")
-FIGURES = ("quickstart", "fig7", "fig8", "fig9", "fig10", "fig12", "fig13")
 NAMES = (*FIGURES, "all")
-DESCRIPTIONS = {
-    "quickstart": "uniform vs plume_static vs plume_dynamic on majority_fast + rliable report",
-    "fig7": "TraceBench dataset composition (no training)",
-    "fig8": "Majority Fast ablation: uniform, trace_error, plume_static, plume_dynamic",
-    "fig9": "scenarios S1-S3: uniform vs plume_static vs plume_dynamic",
-    "fig10": "Plume-Dynamic sampling weight per trace kind (fig9's plume_dynamic runs)",
-    "fig12": "cluster scatter per TraceBench dataset (no training)",
-    "fig13": "example TraceBench traces of each kind (no training)",
-}
 
 
 @dataclass(frozen=True)
 class Job:
-    """One plume-train run: an experiment config, its sweep-axis overrides and a seed."""
+    """One run: ``plume-train experiment=<experiment> <overrides> seed=<seed>``, or with
+    ``config="eval"`` one ``plume-eval <overrides>`` (a classic controller). ``group`` and
+    ``label`` say what it draws in its figure; they are not part of the job's identity, so
+    figures that share a run share the job."""
 
     experiment: str
     overrides: tuple[str, ...]
     seed: int
+    config: str = "train"
+    group: str = field(default="", compare=False)
+    label: str = field(default="", compare=False)
 
     def args(self, root: str | Path, extra: Sequence[str] = ()) -> list[str]:
-        return [f"experiment={self.experiment}", *self.overrides, *extra, f"seed={self.seed}",
-                f"paths.root={root}"]
+        head = [f"experiment={self.experiment}"] if self.experiment else []
+        extra = extra if self.config == "train" else [e for e in extra if _eval_key(e)]
+        return [*head, *self.overrides, *extra, f"seed={self.seed}", f"paths.root={root}"]
 
     def axis(self, key: str) -> str | None:
         for override in self.overrides:
@@ -93,6 +88,11 @@ class Job:
             if name == key:
                 return value
         return None
+
+
+def _eval_key(override: str) -> bool:
+    """Whether a job override also applies to ``plume-eval`` (no training keys there)."""
+    return override.partition("=")[0].lstrip("+~").split(".")[0] in ("env", "paths", "overwrite")
 
 
 @dataclass
@@ -104,6 +104,7 @@ class PlannedJob:
     run_dir: Path
     state: str | None = None  # status.json "state", None when the job never started
     total_steps: int = 0  # train.total_steps, for the progress line
+    kind: str = ""  # "<env>/<algo>" of a training job: runs of one kind train at one speed
     error: str | None = None  # why it did not complete, once launched
 
     @property
@@ -119,41 +120,35 @@ def experiment(base: str, profile: str) -> str:
 
 
 def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None) -> list[Job]:
-    """The plume-train jobs figure ``name`` needs in ``profile`` (n_seeds overrides the
-    profile's seed count)."""
+    """The jobs figure ``name`` needs in ``profile`` (n_seeds overrides the profile's seed
+    count): its curves' plume-train runs, then its controllers' plume-eval runs."""
     if name not in NAMES:
         raise ValueError(f"unknown figure {name!r}; valid: {', '.join(NAMES)}")
-    seeds = range(SEEDS[profile] if n_seeds is None else n_seeds)
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-
-    def grid(base: str, datasets: Iterable[str], samplers: Iterable[str]) -> list[Job]:
-        exp = experiment(base, profile)
-        return [
-            Job(exp, (f"env.dataset={dataset}", f"sampler={sampler}"), seed)
-            for dataset in datasets for sampler in samplers for seed in seeds
-        ]
-
+    seeds = range(SEEDS[profile] if n_seeds is None else n_seeds)
     if name == "all":
         unique: dict[Job, None] = {}
         for figure in FIGURES:
             unique.update(dict.fromkeys(figure_jobs(figure, profile, n_seeds)))
         return list(unique)
-    if name == "quickstart":
-        return grid("quickstart", ["majority_fast"], MAIN_SAMPLERS)
-    if name == "fig9":
-        return grid("fig9", DATASETS, MAIN_SAMPLERS)
-    if name == "fig10":
-        return grid("fig9", FIG10_DATASETS, ["plume_dynamic"])
-    if name == "fig8":
-        # Same budgets as fig9 (conf/experiment/fig8.yaml inherits fig9.yaml): the three
-        # samplers fig9 already trains on majority_fast are reused, trace_error is new.
-        shared = [s for s in FIG8_SAMPLERS if s in MAIN_SAMPLERS]
-        own = [s for s in FIG8_SAMPLERS if s not in MAIN_SAMPLERS]
-        jobs = grid("fig9", ["majority_fast"], shared) + grid("fig8", ["majority_fast"], own)
-        order = {s: i for i, s in enumerate(FIG8_SAMPLERS)}
-        return sorted(jobs, key=lambda j: (order[j.axis("sampler")], j.seed))
-    return []  # fig7, fig12, fig13 draw datasets only
+    if name == "fig10":  # fig9's PPO Plume-Dynamic runs on two datasets
+        return [Job(experiment("fig9", profile), (f"env.dataset={d}", "sampler=plume_dynamic"),
+                    seed, group=d, label=SAMPLER_LABELS["plume_dynamic"])
+                for d in FIG10_DATASETS for seed in seeds]
+    if name in TRAINING_FIGURES:
+        return _training_jobs(TRAINING_FIGURES[name], profile, seeds)
+    return []  # fig7, fig11, fig12, fig13 draw datasets only
+
+
+def _training_jobs(figure: Figure, profile: str, seeds: range) -> list[Job]:
+    jobs = [Job(experiment(curve.base, profile), curve.overrides, seed, group=group.key,
+                label=curve.label)
+            for group in figure.groups for curve in group.curves for seed in seeds]
+    jobs += [Job("", (f"env={group.env}", *group.env_overrides, f"controller={name}"), 0,
+                 config="eval", group=group.key, label=name)
+             for group in figure.groups for name in group.controllers]
+    return jobs
 
 
 def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
@@ -165,24 +160,28 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    from plume.harness.controllers import check_controller
     from plume.harness.schema import validate
     from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
 
+    checks = {"train": validate, "eval": check_controller}
     planned = []
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             for job in jobs:
                 args = job.args(root, extra)
-                cfg = compose("train", overrides=[*hydra_overrides, *args],
+                cfg = compose(job.config, overrides=[*hydra_overrides, *args],
                               return_hydra_config=True)
-                validate(cfg)
+                checks[job.config](cfg)
                 run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
                 state = _read_state(run_dir)
                 if cfg.get("overwrite") and state == "completed":
                     state = "overwrite"
-                planned.append(PlannedJob(job, args, run_dir, state,
-                                          int(cfg.train.total_steps)))
+                train = job.config == "train"
+                steps = int(cfg.train.total_steps) if train else 0
+                kind = f"{cfg.env.name}/{cfg.algo.name}" if train else ""
+                planned.append(PlannedJob(job, args, run_dir, state, steps, kind))
     finally:
         GlobalHydra.instance().clear()
     return planned
@@ -223,10 +222,24 @@ def train_task(cfg):
     records one failed job and the others go on: a SystemExit would end the whole sweep."""
     from plume.harness import train
 
+    return _without_exit(train.main.__wrapped__, cfg, "plume-train")
+
+
+def eval_task(cfg):
+    """plume-eval's job (a classic controller) as the launcher's task function."""
+    from plume.harness import controllers
+
+    return _without_exit(controllers.main.__wrapped__, cfg, "plume-eval")
+
+
+def _without_exit(main, cfg, command: str):
     try:
-        return train.main.__wrapped__(cfg)
+        return main(cfg)
     except SystemExit as err:
-        raise RuntimeError(f"plume-train exited with status {err.code}") from None
+        raise RuntimeError(f"{command} exited with status {err.code}") from None
+
+
+TASKS = {"train": train_task, "eval": eval_task}
 
 
 def launcher_overrides(hydra_overrides: Sequence[str], workers: int) -> list[str]:
@@ -265,17 +278,20 @@ def launch(pending: Sequence[PlannedJob], overrides: Sequence[str],
     stream = stream or sys.stdout
     if not pending:
         return []
-    with _hydra() as hydra, _worker_environment(), _kept_logging():
+    config = pending[0].job.config
+    if any(p.job.config != config for p in pending):
+        raise ValueError("one multirun launches jobs of one config (plume-train or plume-eval)")
+    with _hydra(config) as hydra, _worker_environment(), _kept_logging():
         # The sweep's own config is the first job's: hydra.sweep.dir is then that job's
         # experiment folder, where launchers keep their files (submitit's .submitit/).
-        cfg = hydra.compose_config("train", [*overrides, *pending[0].args], RunMode.MULTIRUN)
+        cfg = hydra.compose_config(config, [*overrides, *pending[0].args], RunMode.MULTIRUN)
         callbacks = Callbacks(cfg)
         launcher = Plugins.instance().instantiate_launcher(
             hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
-            task_function=train_task, config=cfg)
+            task_function=TASKS[config], config=cfg)
         print(f"launching {len(pending)} job(s): {' '.join(overrides)}; each job logs to "
               f"<run dir>/train.log", file=stream, flush=True)
-        callbacks.on_multirun_start(config=cfg, config_name="train")
+        callbacks.on_multirun_start(config=cfg, config_name=config)
         returns, stopped = [], None
         with SweepProgress(pending, stream, progress_every_s):
             try:
@@ -284,13 +300,14 @@ def launch(pending: Sequence[PlannedJob], overrides: Sequence[str],
                 stopped = f"{type(err).__name__}: {err}"
         if stopped:
             print(f"the launcher stopped: {stopped}", file=stream)
-        callbacks.on_multirun_end(config=cfg, config_name="train")
+        callbacks.on_multirun_end(config=cfg, config_name=config)
     return _failures(pending, returns, stopped)
 
 
 @contextmanager
-def _hydra():
-    """Hydra's app object for ``conf/train.yaml``, as ``plume-train`` builds it."""
+def _hydra(config: str = "train"):
+    """Hydra's app object for ``conf/<config>.yaml``, as ``plume-train`` (``plume-eval``)
+    builds it."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -299,7 +316,7 @@ def _hydra():
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3",
-                                   job_name="train"):
+                                   job_name=config):
             yield GlobalHydra.instance().hydra
     finally:
         GlobalHydra.instance().clear()
@@ -470,20 +487,42 @@ of 15 PPO jobs in 9 min 22 s with 2 joblib workers); used when no completed run 
 def estimated_runtime(pending: Sequence[PlannedJob], planned: Sequence[PlannedJob],
                       workers: int) -> str:
     """One line: the pending jobs' env steps over the per-job rate measured by the completed
-    runs' status.json (``summary.steps_per_s``, evaluations included), ``workers`` at a time."""
-    if not pending:
+    runs' status.json (``summary.steps_per_s``, evaluations included): the median of the same
+    experiment's runs, else of the same env and algorithm's (an LB PPO run trains 10x slower
+    than a CC A2C run), else ``DEFAULT_STEPS_PER_S``; ``workers`` at a time. Controller
+    evaluations (seconds each) are not counted."""
+    train = [p for p in pending if p.total_steps > 0]
+    if not train:
         return "estimated runtime: nothing to train"
-    rates = [float(s["summary"]["steps_per_s"]) for s in
-             (_read_status(p.run_dir) for p in planned if p.completed)
-             if s and s.get("summary", {}).get("steps_per_s")]
-    rate = statistics.median(rates) if rates else DEFAULT_STEPS_PER_S
-    source = (f"the median of {len(rates)} completed run(s) here" if rates else
-              "no completed run to measure: the quickstart's rate on 2 cores")
-    steps = sum(p.total_steps for p in pending)
-    seconds = steps / (rate * max(1, min(workers, len(pending))))
-    return (f"estimated runtime: {format_clock(seconds)} for {len(pending)} job(s), "
-            f"{steps:,} env steps at {rate:,.0f} steps/s per job ({source}), "
-            f"{min(workers, len(pending))} at a time; figures and reports add about a minute")
+    by_experiment: dict[Path, list[float]] = {}
+    by_kind: dict[str, list[float]] = {}
+    for item in planned:
+        status = _read_status(item.run_dir) if item.completed else None
+        rate = (status or {}).get("summary", {}).get("steps_per_s")
+        if rate:
+            by_experiment.setdefault(item.run_dir.parent.parent, []).append(float(rate))
+            by_kind.setdefault(item.kind, []).append(float(rate))
+
+    def rate_of(item: PlannedJob) -> float:
+        rates = by_experiment.get(item.run_dir.parent.parent) or by_kind.get(item.kind)
+        return statistics.median(rates) if rates else DEFAULT_STEPS_PER_S
+
+    seconds = [p.total_steps / rate_of(p) for p in train]
+    lanes = max(1, min(workers, len(train)))
+    steps = sum(p.total_steps for p in train)
+    rates = sorted({round(rate_of(p)) for p in train})
+    rate_text = f"{rates[0]:,}" if len(rates) == 1 else f"{rates[0]:,}-{rates[-1]:,}"
+    measured = sum(map(len, by_kind.values()))
+    if not measured:
+        source = "no completed run to measure: the quickstart's rate on 2 cores"
+    elif len(by_experiment) == 1:
+        source = f"the median of {measured} completed run(s) here"
+    else:
+        source = (f"medians of {measured} completed runs here, per experiment, else per env "
+                  f"and algorithm, else {DEFAULT_STEPS_PER_S:,.0f}")
+    return (f"estimated runtime: {format_clock(max(sum(seconds) / lanes, max(seconds)))} for "
+            f"{len(train)} job(s), {steps:,} env steps at {rate_text} steps/s per job "
+            f"({source}), {lanes} at a time; figures and reports add about a minute")
 
 
 def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = "runs",
@@ -509,7 +548,8 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
           f"runs under {_show(root_path)}", file=stream, flush=True)
     if dry_run:
         for item in planned:
-            print(f"  [{item.state or 'new'}] plume-train {' '.join(item.args)}\n"
+            command = "plume-train" if item.job.config == "train" else "plume-eval"
+            print(f"  [{item.state or 'new'}] {command} {' '.join(item.args)}\n"
                   f"      -> {_show(item.run_dir)}", file=stream)
         print(estimated_runtime(pending, planned, workers), file=stream)
         targets = ", ".join(_show(out_path / f) for f in figures)
@@ -520,7 +560,9 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
     failed: list[PlannedJob] = []
     trained = 0
     if pending and not render_only:
-        failed = launch(pending, sweep, stream, progress_every_s)
+        for config in ("eval", "train"):  # the controllers first: seconds each
+            batch = [p for p in pending if p.job.config == config]
+            failed += launch(batch, sweep, stream, progress_every_s)
         trained = len(pending) - len(failed)
         for item in failed:
             print(f"FAILED {_show(item.run_dir)}: {item.error}\n"
@@ -536,13 +578,13 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
 
     artefacts: dict[str, dict] = {}
     for figure in figures:
-        runs = [by_job[j].run_dir for j in figure_jobs(figure, profile, n_seeds)
-                if _read_state(by_job[j].run_dir) == "completed"]
-        wanted = len(figure_jobs(figure, profile, n_seeds))
+        mine = figure_jobs(figure, profile, n_seeds)
+        roles = {by_job[j].run_dir: (j.group, j.label) for j in mine
+                 if _read_state(by_job[j].run_dir) == "completed"}
         target = out_path / figure
         try:
-            artefacts[figure] = draw.render(figure, runs, target, root=root_path,
-                                            expected_runs=wanted,
+            artefacts[figure] = draw.render(figure, roles, target, root=root_path,
+                                            expected_runs=len(mine),
                                             report_options=report_options or {})
         except Exception as err:  # noqa: BLE001  (one figure's failure must not hide the others)
             import traceback
@@ -551,7 +593,7 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
             print(f"{figure}: rendering FAILED: {type(err).__name__}: {err}", file=stream)
             traceback.print_exc(file=stream)
             continue
-        _print_artefacts(figure, artefacts[figure], wanted, len(runs), stream)
+        _print_artefacts(figure, artefacts[figure], len(mine), len(roles), stream)
     print(f"finished {name} in {format_clock(time.time() - began)}", file=stream, flush=True)
     return {"jobs": planned, "completed": len(done), "pending": len(pending),
             "trained": trained, "failed": failed, "artefacts": artefacts}

@@ -8,6 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from experiments import runner
+from experiments.catalog import DATASET_FIGURES, DATASETS, MAIN_SAMPLERS, TRAINING_FIGURES
 from plume.harness.schema import validate
 from tests.conftest import TINY, conf_options
 
@@ -35,8 +36,22 @@ def _flat(cfg) -> dict[str, object]:
     return out
 
 
-def test_the_figure_experiments_exist_each_with_a_quick_variant():
-    for base in ("quickstart", "fig8", "fig9"):
+TRAINED = list(TRAINING_FIGURES)
+# What a quick variant may change besides budgets: DQN's schedules scale with the budget and
+# its learning rate is raised (each such config says why in its comments).
+DQN_SCHEDULE_KEYS = {"algo.learning_rate", "algo.buffer_size", "algo.learning_starts",
+                     "algo.target_update_interval", "algo.eps_decay_steps"}
+PAPER_BUDGETS = {"quickstart": 4_000_000, "fig8": 4_000_000, "fig9": 4_000_000,
+                 "fig8_dqn": 4_000_000, "fig9_dqn": 4_000_000, "fig3": 1_000_000_000,
+                 "fig6a": 400_000_000, "fig6b": 5_000_000, "fig6c": 5_000_000}
+PAPER_LEARNERS = {"fig3": ("dqn", "gelato"), "fig6a": ("a2c", "gelato"), "fig6b": ("a2c", "mlp"),
+                  "fig6c": ("ppo", "mlp"), "fig8_dqn": ("dqn", "mlp"), "fig9_dqn": ("dqn", "mlp")}
+
+
+def test_every_experiment_of_a_figure_exists_with_a_quick_variant():
+    bases = {c.base for f in TRAINING_FIGURES.values() for g in f.groups for c in g.curves}
+    assert bases == set(PAPER_BUDGETS)
+    for base in bases:
         assert base in EXPERIMENTS and f"{base}_quick" in EXPERIMENTS
     assert {q.removesuffix("_quick") for q in QUICK} <= set(EXPERIMENTS)
 
@@ -46,10 +61,11 @@ def test_every_experiment_config_composes_and_validates(compose_cfg, name):
     cfg = compose_cfg(f"experiment={name}")
     job = validate(cfg)
     assert job.exp_name == name  # exp_name = the config's name: the first folder of its runs
-    assert job.algo_name == "ppo"  # until a DQN exists (README: the paper used Ape-X DQN)
-    if not name.endswith("_quick"):
-        # paper profile: the reference's budget, an evaluation every 5 %
-        assert (job.train.total_steps, job.train.eval_points) == (4_000_000, 20)
+    base = name.removesuffix("_quick")
+    algo, network = PAPER_LEARNERS.get(base, ("ppo", "mlp"))
+    assert (job.algo_name, cfg.algo.get("network", "mlp")) == (algo, network)
+    if name == base:  # paper profile: the paper's budget, an evaluation every 5 %
+        assert (job.train.total_steps, job.train.eval_points) == (PAPER_BUDGETS[base], 20)
 
 
 @pytest.mark.parametrize("name", QUICK)
@@ -58,31 +74,34 @@ def test_a_quick_variant_changes_only_budgets_and_exp_name(compose_cfg, name):
     base = _flat(compose_cfg(f"experiment={name.removesuffix('_quick')}"))
     assert quick.keys() == base.keys()
     changed = {key for key in quick if quick[key] != base[key]}
-    assert "exp_name" in changed and changed <= BUDGET_KEYS, changed
+    allowed = BUDGET_KEYS | (DQN_SCHEDULE_KEYS if quick["algo.name"] == "dqn" else set())
+    assert "exp_name" in changed and changed <= allowed, changed
     assert quick["train.total_steps"] < base["train.total_steps"]
 
 
-def test_fig8_has_the_budgets_of_the_fig9_runs_it_reuses(compose_cfg):
-    for suffix in ("", "_quick"):
-        fig8 = _flat(compose_cfg(f"experiment=fig8{suffix}"))
-        fig9 = _flat(compose_cfg(f"experiment=fig9{suffix}"))
-        assert {k for k in fig8 if fig8[k] != fig9[k]} == {"exp_name"}
+def test_figures_that_reuse_runs_have_the_budgets_of_those_runs(compose_cfg):
+    for fig8, fig9 in (("fig8", "fig9"), ("fig8_dqn", "fig9_dqn")):
+        for suffix in ("", "_quick"):
+            own = _flat(compose_cfg(f"experiment={fig8}{suffix}"))
+            reused = _flat(compose_cfg(f"experiment={fig9}{suffix}"))
+            assert {k for k in own if own[k] != reused[k]} == {"exp_name"}
 
 
-def test_fig9_quick_job_list_is_45_jobs_with_the_right_overrides():
+def test_fig9_quick_trains_both_learners_on_every_scenario_with_5_seeds():
     jobs = runner.figure_jobs("fig9", "quick")
-    assert len(jobs) == 45 and len(set(jobs)) == 45  # 3 datasets x 3 samplers x 5 seeds
-    assert {j.experiment for j in jobs} == {"fig9_quick"}
-    cells = {(j.axis("env.dataset"), j.axis("sampler")) for j in jobs}
-    assert cells == {(d, s) for d in runner.DATASETS for s in runner.MAIN_SAMPLERS}
+    assert len(jobs) == 90 and len(set(jobs)) == 90  # 2 learners x 3 datasets x 3 samplers x 5
+    assert {j.experiment for j in jobs} == {"fig9_quick", "fig9_dqn_quick"}
+    for experiment in ("fig9_quick", "fig9_dqn_quick"):
+        cells = {(j.axis("env.dataset"), j.axis("sampler")) for j in jobs
+                 if j.experiment == experiment}
+        assert cells == {(d, s) for d in DATASETS for s in MAIN_SAMPLERS}
     assert {j.seed for j in jobs} == {0, 1, 2, 3, 4}  # 5 runs per side: intervals, verdicts
     assert jobs[0].args("runs") == [
         "experiment=fig9_quick", "env.dataset=majority_fast", "sampler=uniform", "seed=0",
         "paths.root=runs",
     ]
     paper = runner.figure_jobs("fig9", "paper")
-    assert len(paper) == 45 and {j.seed for j in paper} == {0, 1, 2, 3, 4}
-    assert {j.experiment for j in paper} == {"fig9"}
+    assert len(paper) == 90 and {j.experiment for j in paper} == {"fig9", "fig9_dqn"}
 
 
 def test_figures_share_runs_instead_of_training_them_twice():
@@ -90,17 +109,35 @@ def test_figures_share_runs_instead_of_training_them_twice():
     fig10 = runner.figure_jobs("fig10", "quick")
     assert set(fig10) <= fig9 and {j.axis("sampler") for j in fig10} == {"plume_dynamic"}
     fig8 = runner.figure_jobs("fig8", "quick")
-    assert len(fig8) == 20
-    assert {j.axis("sampler") for j in fig8} == set(runner.FIG8_SAMPLERS)
-    new = [j for j in fig8 if j not in fig9]
-    assert {(j.experiment, j.axis("sampler")) for j in new} == {("fig8_quick", "trace_error")}
+    assert len(fig8) == 45  # PPO: 4 samplers; DQN: 4 samplers + Random with PER; 5 seeds
+    new = {(j.experiment, j.axis("sampler"), j.axis("algo.per")) for j in fig8 if j not in fig9}
+    assert new == {("fig8_quick", "trace_error", None), ("fig8_dqn_quick", "trace_error", None),
+                   ("fig8_dqn_quick", "uniform", "true")}
     quickstart = runner.figure_jobs("quickstart", "quick")
     assert len(quickstart) == 15 and {j.experiment for j in quickstart} == {"quickstart_quick"}
-    assert {j.axis("env.dataset") for j in quickstart} == {"majority_fast"}
     every = runner.figure_jobs("all", "quick")
-    assert len(every) == len(set(every)) == 45 + 5 + 15
-    for name in ("fig7", "fig12", "fig13"):
+    sizes = {name: len(runner.figure_jobs(name, "quick")) for name in TRAINED}
+    assert sizes == {"quickstart": 15, "fig3": 20, "fig6a": 25 + 6, "fig6b": 15 + 4,
+                     "fig6c": 15 + 4, "fig8": 45, "fig9": 90}
+    assert len(every) == len(set(every)) == sum(sizes.values()) - 30  # fig8 reuses 30 of fig9's
+    for name in DATASET_FIGURES:
         assert runner.figure_jobs(name, "quick") == []
+
+
+def test_controllers_are_plume_eval_jobs_on_their_group_s_test_traces(tmp_path):
+    jobs = [j for j in runner.figure_jobs("fig6a", "quick") if j.config == "eval"]
+    assert {(j.group, j.label) for j in jobs} == {
+        (g, c) for g in ("gelato", "pensieve") for c in ("bba", "robust_mpc", "bola_v1")}
+    pensieve = next(j for j in jobs if j.group == "pensieve" and j.label == "bba")
+    assert pensieve.args("runs", ["logger=none", "env.n_envs=4"]) == [
+        "env=abr", "env.dataset=pensieve_synthetic", "env.variant=pensieve", "controller=bba",
+        "env.n_envs=4", "seed=0", "paths.root=runs"]  # training-only keys are left out
+    planned = runner.plan([pensieve], tmp_path, ["logger=none"])
+    assert planned[0].run_dir == tmp_path / "controllers" / (
+        "controller=bba,env.dataset=pensieve_synthetic,env.variant=pensieve,env=abr") / "seed=0"
+    assert planned[0].total_steps == 0
+    with pytest.raises(Exception, match="controller='nope' is not a controller of env 'abr'"):
+        runner.plan([runner.Job("", ("env=abr", "controller=nope"), 0, config="eval")], tmp_path)
 
 
 def test_plan_predicts_the_run_directory_plume_train_uses(tmp_path):
@@ -124,8 +161,9 @@ def test_dry_run_prints_every_job_and_trains_nothing(tmp_path, capsys):
                         "--out", str(tmp_path / "reports")])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "45 job(s), 0 already completed, 45 to train" in printed
-    assert printed.count("plume-train experiment=fig9_quick") == 45
+    assert "90 job(s), 0 already completed, 90 to train" in printed
+    assert printed.count("plume-train experiment=fig9_quick ") == 45
+    assert printed.count("plume-train experiment=fig9_dqn_quick ") == 45
     assert "seed=2" in printed and "env.dataset=majority_slow,sampler=plume_dynamic" in printed
     assert "launcher overrides: hydra/launcher=joblib hydra.launcher.n_jobs=2" in printed
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
@@ -179,7 +217,7 @@ def test_the_runner_trains_skips_completed_jobs_and_renders(tmp_path, capsys):
     assert "launching" not in second  # the launcher is never handed finished work
     assert {p: p.stat().st_mtime_ns for p in runs} == stamps
 
-    figure = out / "quickstart" / "quickstart_test_qoe"
+    figure = out / "quickstart" / "quickstart_test_score"
     assert figure.with_suffix(".png").is_file() and figure.with_suffix(".pdf").is_file()
     assert (out / "quickstart" / "report" / "report.md").is_file()
     assert "Plume-Dynamic" in second and "n=2" in second

@@ -50,13 +50,20 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
         sys.exit(2)
 
 
-def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Evaluate ``cfg.controller`` on every test set of ``cfg.env``; write the run directory."""
+def check_controller(cfg: DictConfig):
+    """``(env section, EnvSpec, params, controller name)`` of a plume-eval config; ConfigError
+    for a bad env key or a controller the env does not have (before any evaluation)."""
     env, spec, params = env_section(cfg.get("env"))
     name = str(cfg.get("controller"))
     if name not in spec.controllers:
         raise ConfigError(f"controller={name!r} is not a controller of env {spec.name!r}; "
                           f"valid choices: {', '.join(sorted(spec.controllers))}")
+    return env, spec, params, name
+
+
+def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Evaluate ``cfg.controller`` on every test set of ``cfg.env``; write the run directory."""
+    env, spec, params, name = check_controller(cfg)
     rundir = RunDirectory(run_dir)
     if rundir.is_completed and not cfg.get("overwrite", False):
         log.info("skipping %s: already completed (overwrite=true to evaluate it again)", run_dir)

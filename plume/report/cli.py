@@ -507,7 +507,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="what an algorithm is: sampler (default), config_key, or "
                              "comma-separated columns such as algo,sampler")
     parser.add_argument("--baseline", default="uniform",
-                        help="sampler compared against (default uniform; 'none' to skip)")
+                        help="what the others are compared against: a sampler (default "
+                             "uniform) or, with --group-by config_key, a run folder's name "
+                             "(e.g. 'algo.per=false,sampler=uniform'); 'none' to skip")
     parser.add_argument("--seeds", choices=["trim", "refuse"], default="trim",
                         help="unequal seeds: keep the common ones (trim, default) or stop")
     parser.add_argument("--reps", type=int, default=None,

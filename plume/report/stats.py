@@ -581,6 +581,10 @@ def _match_baseline(baseline: str, algorithms: list[str], frame: pd.DataFrame,
                     group_by: list[str]) -> str:
     if baseline in algorithms:
         return baseline
+    if "config_key" in group_by:  # a run folder's full name: its (shortened) algorithm
+        named = set(frame.loc[frame["config_key"].astype(str) == baseline, "algorithm"])
+        if len(named) == 1:
+            return named.pop()
     if group_by != ["sampler"]:
         hits = [a for a in algorithms
                 if set(frame.loc[frame["algorithm"] == a, "sampler"].astype(str)) == {baseline}]
