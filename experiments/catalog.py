@@ -30,7 +30,9 @@ FIG8_SAMPLERS = ("uniform", "trace_error", "plume_static", "plume_dynamic")
 FIG10_DATASETS = ("majority_fast", "majority_slow")
 SAMPLER_LABELS = {"uniform": "Random", "trace_error": "Trace-Error",
                   "plume_static": "Plume-Static", "plume_dynamic": "Plume-Dynamic",
-                  "two_class": "2-Class"}
+                  "two_class": "2-Class", "plr": "PLR", "genet": "Genet", "cl2": "CL2",
+                  "tscl": "TSCL"}
+PEER_SAMPLERS = ("uniform", "plume_static", "plume_dynamic", "plr", "genet", "cl2", "tscl")
 
 
 @dataclass(frozen=True)
@@ -65,13 +67,15 @@ class Group:
 
 @dataclass(frozen=True)
 class Figure:
-    """A training figure: its groups, the claim of the paper it answers, the figure's stem."""
+    """A training figure: its groups, the claim of the paper it answers, the figure's stem;
+    ``table``: also one table of every curve across the groups (the peers comparison)."""
 
     name: str
     title: str
     claim: str
     groups: tuple[Group, ...]
     stem: str
+    table: bool = False
 
 
 def _samplers(base: str, samplers, *extra: str, prefix: str = "") -> tuple[Curve, ...]:
@@ -161,6 +165,19 @@ TRAINING_FIGURES: dict[str, Figure] = {f.name: f for f in (
            "training set, Plume-Dynamic's much less (paper §6.4)",
            (*_scenarios("PPO", "fig9"), *_scenarios("DQN", "fig9_dqn")),
            "fig9_scenarios"),
+    Figure("peers", "Plume against its peers: one comparison across every environment",
+           "(not a claim of the paper, which compares no curriculum peer) which trace sampler "
+           "trains the best controller, with each env's default learner",
+           (Group("tracebench", "TraceBench S1 (PPO), train Majority Fast",
+                  _tracebench("fig9", "majority_fast", PEER_SAMPLERS), "Random", "tracebench",
+                  test_set="majority_slow", hard="slow"),
+            Group("abr", "ABR, Gelato (A2C) on puffer_synthetic",
+                  _samplers("fig6a", PEER_SAMPLERS), "Random", "abr", hard="slow"),
+            Group("cc", "CC, Aurora (A2C) on aurora", _samplers("fig6b", PEER_SAMPLERS),
+                  "Random", "cc"),
+            Group("lb", "LB (PPO) on lb_mixed", _samplers("fig6c", PEER_SAMPLERS), "Random",
+                  "lb")),
+           "peers_curves", table=True),
 )}
 """Every figure that trains, by name (fig10 draws fig9's PPO Plume-Dynamic runs)."""
 
@@ -168,7 +185,7 @@ DATASET_FIGURES = ("fig7", "fig11", "fig12", "fig13")
 """Figures drawn from datasets and stage 1-2 analyses only (no training)."""
 
 FIGURES = ("quickstart", "fig3", "fig6a", "fig6b", "fig6c", "fig7", "fig8", "fig9", "fig10",
-           "fig11", "fig12", "fig13")
+           "fig11", "fig12", "fig13", "peers")
 DESCRIPTIONS = {
     "quickstart": "Random vs Plume-Static vs Plume-Dynamic on Majority Fast + rliable report",
     "fig3": "Gelato-DQN on ABR: Random, Random+PER, 2-Class, 2-Class+PER",
@@ -182,4 +199,5 @@ DESCRIPTIONS = {
     "fig11": "clusters of the ABR, CC and LB training traces (no training)",
     "fig12": "cluster scatter per TraceBench dataset (no training)",
     "fig13": "example TraceBench traces of each kind (no training)",
+    "peers": "7 samplers (Plume, PLR, Genet, CL2, TSCL) x TraceBench, ABR, CC, LB",
 }

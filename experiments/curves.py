@@ -197,16 +197,73 @@ def final_scores_text(group: Group, scores: pd.DataFrame) -> list[str]:
     return lines
 
 
+def comparison_table(figure: Figure, scores: pd.DataFrame, results: Mapping[str, Any],
+                     roles: RunRoles) -> list[str]:
+    """Markdown: a row per curve, a column per group: the final normalised score (mean over
+    seeds [95 % Student-t], n), the probability of improvement over the group's baseline from
+    its report, and the wall time the sampler's own policy evaluations took (Genet's rounds)."""
+    labels = list(dict.fromkeys(c.label for g in figure.groups for c in g.curves))
+    header = "| sampler | " + " | ".join(g.title for g in figure.groups) + " |"
+    lines = [header, "|---|" + "---|" * len(figure.groups)]
+    for label in labels:
+        cells = []
+        for group in figure.groups:
+            if label not in {c.label for c in group.curves}:
+                cells.append("")
+                continue
+            cells.append(_table_cell(group, label, scores, results.get(group.key), roles))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _table_cell(group: Group, label: str, scores: pd.DataFrame, result, roles) -> str:
+    table = subset_means(scores, group) if not scores.empty else pd.DataFrame()
+    mine = table[(table["curve"] == label) & (table["subset"] == "all")] if len(table) else table
+    if mine.empty:
+        return "no runs"
+    last = mine[mine["progress"] == mine["progress"].max()]
+    mean, low, high = mean_and_ci(last["normalised"].to_numpy())
+    text = (f"{mean:.3f} [{low:.3f}, {high:.3f}]" if np.isfinite(low) else f"{mean:.3f}") + (
+        f" (n={len(last)})")
+    if result is not None and label != group.baseline:
+        from plume.report.comparisons import poi_text
+
+        rows = result.poi[(result.poi["scope"] == "all tasks")
+                          & (result.poi["algorithm"] == _sampler(group.curve(label)))]
+        if not rows.empty:
+            text += f"; {poi_text(rows.iloc[0])}"
+            if rows.iloc[0].verdict in ("better", "worse"):
+                text += f", **{rows.iloc[0].verdict}**"
+    cost = [_round_seconds(run) for run, (key, curve) in roles.items()
+            if key == group.key and curve == label]
+    cost = [c for c in cost if c]
+    if cost:
+        text += f"; its policy evaluations {np.mean(cost):.0f} s per run"
+    return text
+
+
+def _round_seconds(run: Path) -> float:
+    import json
+
+    try:
+        summary = json.loads((Path(run) / "status.json").read_text()).get("summary") or {}
+    except (OSError, ValueError):
+        return 0.0
+    return float(summary.get("sampler_round_seconds") or 0.0)
+
+
 def render_training(figure: Figure, roles: RunRoles, out: Path,
                     options: Mapping[str, Any]) -> dict[str, Any]:
     """The figure, one report per group and ``summary.md``; returns the artefacts."""
     scores = score_table(roles)
     artefacts: dict[str, Any] = {"figure": curves_figure(figure, scores, out / figure.stem)}
     text = [f"# {figure.title}", "", f"The paper's claim: {figure.claim}.", ""]
+    results = {}
     for group in figure.groups:
         text += [f"## {group.title}", ""]
         single = len(figure.groups) == 1
         result = group_report(group, roles, out / ("report" if single else group.key), options)
+        results[group.key] = result
         if result is not None:
             artefacts[f"{group.key} report"] = result.report
             where = result.report.relative_to(out).as_posix()
@@ -216,6 +273,13 @@ def render_training(figure: Figure, roles: RunRoles, out: Path,
         heading = ("Final normalised score (mean over seeds [95 % Student-t interval]; raw = "
                    "the env's score):")
         text += [heading, "", "```", *final_scores_text(group, scores), "```", ""]
+    if figure.table:
+        text[4:4] = ["## Every sampler in every environment", "",
+                     ("Final normalised score (all test traces; mean over seeds [95 % Student-t "
+                     "interval], n); probability of improvement (PoI) over Random with its "
+                     "95 % bootstrap interval and the report's verdict where there is one "
+                     "(Welch t, Holm-adjusted within each environment's report)."), "",
+                     *comparison_table(figure, scores, results, roles), ""]
     (out / "summary.md").write_text("\n".join(text))
     artefacts["summary"] = out / "summary.md"
     artefacts["_summary"] = "\n".join(text[2:])

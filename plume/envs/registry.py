@@ -112,6 +112,11 @@ class EnvSpec:
             AIMD's RTT and losses, LB's queue lengths), an object with ``bind(env) ->
             policy`` that the evaluator calls on each test env before playing; the env
             offers that state through public read-only methods, never private attributes.
+        baseline_controller: the rule-based controller curriculum samplers measure the
+            policy against by default (Genet's gap-to-baseline, CL2's difficulty); None: the
+            sampler must name one (``sampler.baseline``).
+        oracle_controller: a controller that knows the trace (CC's link-rate oracle), CL2's
+            default reference; None: the best of all controllers on each trace.
         analysis: defaults for the analysis keys a config leaves null (``channel``,
             ``feature_set``, ``k_range``, ``resample_s``, ``select``, ``selection``).
         dataset_analysis: built-in dataset -> the analysis defaults that differ for it (CC's
@@ -137,6 +142,8 @@ class EnvSpec:
     required_channels: Callable[[Any], tuple[str, ...]] = field(default=lambda params: ())
     single: Callable[..., Any] | None = None
     controllers: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    baseline_controller: str | None = None
+    oracle_controller: str | None = None
     analysis: Mapping[str, Any] = field(default_factory=dict)
     dataset_analysis: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     algo_preset: str = "ppo"
@@ -149,6 +156,11 @@ class EnvSpec:
         if self.default_dataset is None:
             first = next(iter(self.datasets))
             object.__setattr__(self, "default_dataset", lambda params: first)
+        for role in ("baseline_controller", "oracle_controller"):
+            named = getattr(self, role)
+            if named is not None and named not in self.controllers:
+                raise ValueError(f"EnvSpec {self.name!r}: {role} {named!r} is not one of its "
+                                 f"controllers ({', '.join(self.controllers) or 'none'})")
 
     def check_channels(self, traces: TraceSet, params: Any, source: str) -> None:
         """Raise ValueError naming ``source`` unless ``traces`` carries every required channel."""

@@ -3,46 +3,56 @@ normalise scores from files alone.
 
 An environment's anchors are fixed score values or classic controllers (EnvSpec.anchors). A
 controller anchor is evaluated by the same loop as a learned policy on each test set, once:
-controllers are deterministic and test mode has no noise, so the result is cached per (test
-set content, environment parameters, controller) next to the stage 1-2 cache.
+controllers are deterministic and test mode has no noise, so the per-trace scores are cached per
+(trace set content, environment parameters, controller) next to the stage 1-2 cache.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from plume.envs.registry import EnvSpec
 from plume.harness.evaluation import Evaluator
+from plume.traces import TraceSet
 
 SCORE_FILE = "score.json"
 
 
-def controller_score(spec: EnvSpec, params: Any, evaluator: Evaluator, test_set: str,
-                     controller: str, cache_dir: Path) -> float:
-    """Mean score of ``controller`` on ``test_set`` (from the cache when it is there)."""
-    traces = evaluator.test_sets[test_set]
+def controller_trace_scores(spec: EnvSpec, params: Any, traces: TraceSet, controller: str,
+                            cache_dir: Path) -> np.ndarray:
+    """``controller``'s score on each trace of ``traces`` (test mode: one greedy episode per
+    trace), from the cache when it is there. Anchors average it over a test set; curriculum
+    samplers (Genet, CL2) take it per training trace."""
     key = hashlib.sha256(
         f"{spec.name}|{traces.content_hash}|{asdict(params)!r}|{controller}".encode()
     ).hexdigest()[:24]
-    path = Path(cache_dir) / "anchors" / f"{key}.json"
+    path = Path(cache_dir) / "anchors" / f"{key}.npy"
     if path.is_file():
-        return float(json.loads(path.read_text())["score"])
+        return np.load(path)
     if controller not in spec.controllers:
-        raise ValueError(f"env {spec.name!r} anchors name controller {controller!r}, which it "
-                         f"does not have ({', '.join(spec.controllers)})")
-    policy = spec.controllers[controller](params)
-    score = float(evaluator.evaluate_set(test_set, policy)["score"].mean())
+        raise ValueError(f"env {spec.name!r} has no controller {controller!r} "
+                         f"({', '.join(spec.controllers)})")
+    evaluator = Evaluator(spec, {traces.name: traces}, params)
+    scores = evaluator.evaluate_set(traces.name, spec.controllers[controller](params))[
+        "score"].to_numpy(np.float64)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"env": spec.name, "test_set": test_set, "controller": controller,
-                               "trace_set": traces.content_hash, "score": score}) + "\n")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npy")
+    np.save(tmp, scores)
     os.replace(tmp, path)
-    return score
+    return scores
+
+
+def controller_score(spec: EnvSpec, params: Any, evaluator: Evaluator, test_set: str,
+                     controller: str, cache_dir: Path) -> float:
+    """Mean score of ``controller`` on ``test_set`` (an anchor of the normalisation)."""
+    return float(np.nanmean(controller_trace_scores(
+        spec, params, evaluator.test_sets[test_set], controller, cache_dir)))
 
 
 def score_description(spec: EnvSpec, params: Any, evaluator: Evaluator,

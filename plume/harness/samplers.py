@@ -23,8 +23,43 @@ import numpy as np
 from plume.sampling import SAMPLERS, TraceSampler
 from plume.traces import TraceSet
 
-DATA_INPUTS = ("memberships", "features", "mean_throughput")
+CONTROLLER_INPUTS = ("baseline_scores", "reference_scores")
+"""Per-training-trace scores of the env's classic controllers (curriculum samplers: Genet's
+gap to a baseline, CL2's difficulty = reference - baseline)."""
+DATA_INPUTS = ("memberships", "features", "mean_throughput", *CONTROLLER_INPUTS)
 """Constructor arguments a harness supplies from data, never from the config."""
+
+
+def sampler_controllers(spec, name: str, params: dict[str, Any]) -> dict[str, list[str]]:
+    """The controllers whose per-trace scores sampler ``name`` takes: ``baseline_scores`` ->
+    ``[params["baseline"] or the env's baseline_controller]``, ``reference_scores`` ->
+    ``params["reference"]`` (a name or a list; the best of them per trace), else the env's
+    oracle, else all its controllers. ValueError when the env cannot provide them."""
+    wanted = [key for key in getattr(SAMPLERS[name], "inputs", ()) if key in CONTROLLER_INPUTS]
+    if not wanted:
+        return {}
+    if not spec.controllers:
+        raise ValueError(f"sampler={name} measures the policy against classic controllers; "
+                         f"env {spec.name!r} has none")
+    chosen: dict[str, list[str]] = {}
+    if "baseline_scores" in wanted:
+        baseline = params.get("baseline") or spec.baseline_controller
+        if baseline is None:
+            raise ValueError(f"env {spec.name!r} names no default baseline controller: set "
+                             f"sampler.baseline to one of {', '.join(spec.controllers)}")
+        chosen["baseline_scores"] = [str(baseline)]
+    if "reference_scores" in wanted:
+        reference = params.get("reference")
+        chosen["reference_scores"] = (
+            [str(reference)] if isinstance(reference, str) else list(map(str, reference))
+            if reference else [spec.oracle_controller] if spec.oracle_controller
+            else sorted(spec.controllers))
+    for names in chosen.values():
+        unknown = [n for n in names if n not in spec.controllers]
+        if unknown:
+            raise ValueError(f"sampler={name}: {unknown[0]!r} is not a controller of env "
+                             f"{spec.name!r}; valid choices: {', '.join(spec.controllers)}")
+    return chosen
 
 
 def run_analysis(traces: TraceSet, settings, cache_dir: str | Path):
@@ -48,12 +83,20 @@ def build_sampler(
     traces: TraceSet,
     rng: np.random.Generator,
     analysis=None,
+    controllers: dict[str, list[str]] | None = None,
+    trace_scores: Callable[[str], np.ndarray] | None = None,
 ) -> TraceSampler:
-    """``SAMPLERS[name]`` for ``traces``; ``analysis`` (a TraceAnalysis) when it needs one."""
+    """``SAMPLERS[name]`` for ``traces``; ``analysis`` (a TraceAnalysis) when it needs one;
+    ``controllers`` (:func:`sampler_controllers`) and ``trace_scores`` (a controller's score on
+    each of ``traces``) when it takes controller scores."""
     cls = SAMPLERS[name]
     inputs: dict[str, Any] = {}
     for key in getattr(cls, "inputs", ()):
-        if key == "mean_throughput":
+        if key in CONTROLLER_INPUTS:
+            if trace_scores is None or not (controllers or {}).get(key):
+                raise ValueError(f"sampler {name!r} needs classic controllers' scores ({key})")
+            inputs[key] = np.nanmax([trace_scores(c) for c in controllers[key]], axis=0)
+        elif key == "mean_throughput":
             inputs[key] = traces.mean_bandwidth()
         elif analysis is None:
             raise ValueError(f"sampler {name!r} needs Plume's trace analysis ({key})")
@@ -75,7 +118,9 @@ def check_sampler_params(name: str, params: dict[str, Any]) -> None:
     is a property of the data, checked when the sampler is built on them."""
     stand_ins = {"memberships": np.repeat(np.eye(2), 2, axis=0),
                  "features": np.arange(8.0).reshape(4, 2),
-                 "mean_throughput": np.array([-1e300, -1.0, 1.0, 1e300])}
+                 "mean_throughput": np.array([-1e300, -1.0, 1.0, 1e300]),
+                 "baseline_scores": np.array([1.0, 2.0, 3.0, 4.0]),
+                 "reference_scores": np.array([2.0, 4.0, 6.0, 8.0])}
     cls = SAMPLERS[name]
     inputs = {key: stand_ins[key] for key in getattr(cls, "inputs", ())}
     cls(4, np.random.default_rng(0), **inputs, **params)

@@ -153,6 +153,12 @@ def validate(cfg: DictConfig) -> JobConfig:
         check_sampler_params(sampler_name, sampler_node)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"sampler={sampler_name}: {err}") from None
+    from plume.harness.samplers import sampler_controllers
+
+    try:
+        sampler_controllers(spec, sampler_name, sampler_node)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     if (SAMPLERS[sampler_name].needs_learner_signal(**sampler_node)
             and ALGORITHMS[algo_name].LEARNER_SIGNAL is None):
         givers = sorted(n for n, a in ALGORITHMS.items() if a.LEARNER_SIGNAL is not None)

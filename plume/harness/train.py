@@ -31,7 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 from plume import __version__
 from plume.agents.base import NonFiniteTraining
 from plume.harness import snapshot
-from plume.harness.anchors import SCORE_FILE, score_description
+from plume.harness.anchors import SCORE_FILE, controller_trace_scores, score_description
+from plume.harness.consultation import PolicyConsultation
 from plume.harness.datasets import load_checked, load_test_sets, make_env
 from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
 from plume.harness.monitor import TrainingMonitor
@@ -48,7 +49,12 @@ from plume.harness.rundir import (
     RunDirectoryLocked,
     effective_state,
 )
-from plume.harness.samplers import EpisodeSignals, build_sampler, run_analysis
+from plume.harness.samplers import (
+    EpisodeSignals,
+    build_sampler,
+    run_analysis,
+    sampler_controllers,
+)
 from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults, validate
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
@@ -212,7 +218,11 @@ class _Training:
         self.sampler = build_sampler(
             job.sampler_name, job.sampler_params, self.train_traces,
             np.random.default_rng(streams["sampler"]), analysis,
+            sampler_controllers(spec, job.sampler_name, job.sampler_params),
+            lambda name: controller_trace_scores(spec, params, self.train_traces, name,
+                                                 Path(job.paths.cache)),
         )
+        self.consultation = PolicyConsultation(self.sampler, spec, params, self.train_traces)
         self.signals = (EpisodeSignals(self.sampler, job.env.n_envs)
                         if type(self.sampler).needs_learner_signal(**job.sampler_params)
                         else None)
@@ -266,6 +276,10 @@ class _Training:
         restored = snapshot.loads(checkpoint["in_flight"], self.train_traces)
         self.env, self.sampler, self.signals = (restored["env"], restored["sampler"],
                                                 restored["signals"])
+        self.consultation = PolicyConsultation(self.sampler, self.job.env_spec,
+                                               self.job.env_params, self.train_traces,
+                                               checkpoint["env_steps"])
+        self.consultation.seconds = checkpoint.get("consult_seconds", 0.0)
         self._build_learner()
         self.agent.load_state_dict(checkpoint["agent"])
         self.agent.load_episode_state(restored["episodes"])
@@ -291,7 +305,7 @@ class _Training:
                          progress, f"{target:,}", f"{int(self.agent.env_steps):,}")
                 continue
             if progress > 0:
-                self.log_records(self.agent.learn(target))
+                self.learn_to(target)
             if self.agent.env_steps >= total:  # the budget is spent: this is the final one
                 self.evaluate(1.0, int(self.agent.env_steps))
                 break
@@ -302,10 +316,27 @@ class _Training:
             "env_steps": env_steps,
             "train_seconds": round(time.time() - self.started, 2),
             "steps_per_s": round(self.progress.rate(env_steps), 1),
+            **({"sampler_rounds": self.consultation.rounds,
+                "sampler_round_seconds": round(self.consultation.seconds, 2)}
+               if self.consultation.every else {}),
             **{k: round(v, 6) for k, v in eval_scores(self.eval_frames[-1]).items()},
         }
         self.tracker.summarise(summary)
         return summary
+
+    def learn_to(self, target: int) -> None:
+        """Train to env step ``target``, stopping for every round of a sampler that judges
+        the policy (``plume.harness.consultation``)."""
+        while True:
+            stop = self.consultation.next_stop(target)
+            self.log_records(self.agent.learn(stop))
+            env_steps = int(self.agent.env_steps)
+            if self.consultation.due(env_steps) and env_steps < self.job.train.total_steps:
+                record = self.consultation.consult(
+                    lambda obs: self.agent.act(obs, deterministic=True), env_steps)
+                self.tracker.log(record, step=env_steps)
+            if stop >= target:
+                return
 
     def evaluate(self, progress: float, env_steps: int) -> None:
         started = time.time()
@@ -330,6 +361,7 @@ class _Training:
             "progress": progress,
             "seed": self.job.seed,
             "fingerprint": self.fingerprint,
+            "consult_seconds": self.consultation.seconds,
         })
         self.progress.evaluated(env_steps, {k.split("/")[1]: v for k, v in scores.items()
                                             if k.count("/") == 2 and k.endswith("/score")})
@@ -444,8 +476,11 @@ def _fingerprint(cfg: DictConfig) -> str:
 
     keys = ["env", "algo", "sampler", "analysis", "seed", "train.total_steps", "train.eval_points",
             "train.eval_at_start"]
-    chosen = {key: OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(cfg, key)}),
-                                          resolve=True)["v"] for key in keys}
+    def resolved(key: str) -> Any:  # in place: a sampler key may read ${train.total_steps}
+        node = OmegaConf.select(cfg, key)
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+    chosen = {key: resolved(key) for key in keys}
     return hashlib.sha256(repr(sorted(chosen.items())).encode()).hexdigest()[:16]
 
 

@@ -1,6 +1,8 @@
 """Trace samplers: the TraceSampler contract and its implementations."""
 
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
+from plume.sampling.curriculum import DifficultyCurriculumSampler
+from plume.sampling.genet import GenetSampler
 from plume.sampling.peers import PrioritizedLevelReplaySampler, WorstCaseSampler
 from plume.sampling.plume import (
     ClusterUniformSampler,
@@ -10,6 +12,7 @@ from plume.sampling.plume import (
     TraceErrorSampler,
     TwoClassSampler,
 )
+from plume.sampling.progress import LearningProgressSampler
 from plume.sampling.weights import cluster_weights_hard, cluster_weights_soft
 
 SAMPLERS: dict[str, type[TraceSampler]] = {
@@ -21,13 +24,19 @@ SAMPLERS: dict[str, type[TraceSampler]] = {
     TwoClassSampler.name: TwoClassSampler,
     PrioritizedLevelReplaySampler.name: PrioritizedLevelReplaySampler,
     WorstCaseSampler.name: WorstCaseSampler,
+    GenetSampler.name: GenetSampler,
+    DifficultyCurriculumSampler.name: DifficultyCurriculumSampler,
+    LearningProgressSampler.name: LearningProgressSampler,
 }
 """Samplers selectable by name from a config (``sampler.name``)."""
 
 __all__ = [
     "SAMPLERS",
     "ClusterUniformSampler",
+    "DifficultyCurriculumSampler",
     "EpsilonMixtureSampler",
+    "GenetSampler",
+    "LearningProgressSampler",
     "PlumeDynamicSampler",
     "PlumeStaticSampler",
     "PrioritizedLevelReplaySampler",

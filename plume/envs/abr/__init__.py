@@ -134,6 +134,7 @@ SPEC = EnvSpec(
                      "evaluated on the same test set with the same env parameters; 1 means "
                      "as good as RobustMPC, above 1 better.")),
     controllers={name: _controller(name) for name in CONTROLLER_NAMES},
+    baseline_controller="robust_mpc",  # Genet's ABR baseline
     analysis={"channel": "bandwidth", "resample_s": 0.5, "feature_set": "puffer",
               "k_range": (6, 15),
               "selection": {"fraction": 0.4, "steps": 5, "central_rounding": "ceil"}},

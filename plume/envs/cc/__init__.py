@@ -137,6 +137,8 @@ SPEC = EnvSpec(
     anchors=_anchors,
     controllers={name: _controller(name) for name in ("constant_rate", "oracle", "aimd",
                                                        "cubic")},
+    baseline_controller="cubic",  # Genet's CC baseline
+    oracle_controller="oracle",
     # the paper clusters links on the raw tuple (no selection); a bandwidth series is
     # featurised as TraceBench's are, with the paper's CC cluster range
     analysis={"feature_set": "constants", "select": False, "k_range": (4, 9),

@@ -104,6 +104,7 @@ SPEC = EnvSpec(
                      "parameters; 1 = as good as least-work-left, above 1 better.")),
     controllers={name: (lambda params, build=build: build())
                  for name, build in CONTROLLERS.items()},
+    baseline_controller="least_work_left",  # the anchors' ceiling, Park's strong heuristic
     analysis={"channel": "job_size", "resample_s": 0.0, "feature_set": "lb", "k_range": (3, 8),
               "selection": {"fraction": 0.5, "steps": 7, "central_rounding": "floor"}},
     algo_preset="ppo_lb",

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from plume.envs.registry import Anchors, EnvSpec, Metric, Score
-from plume.envs.tracebench.env import BITRATES, TraceBenchEnv, TraceBenchVecEnv, transform_reward
+from plume.envs.tracebench.env import (
+    BITRATES,
+    DELAY_NORM,
+    SIZE_NORM,
+    TraceBenchEnv,
+    TraceBenchVecEnv,
+    transform_reward,
+)
 from plume.traces.tracebench import DATASETS, load_tracebench
 
 __all__ = ["SPEC", "TraceBenchEnv", "TraceBenchParams", "TraceBenchVecEnv", "transform_reward"]
@@ -60,6 +67,28 @@ class _Constant:
     __call__ = act
 
 
+class RateBased:
+    """The classic rate-based ABR rule on TraceBench's observation: the highest bitrate not
+    above the harmonic mean of the last ``window`` chunks' throughput (size / download delay,
+    both read back from the normalised history rows), the lowest before any chunk."""
+
+    def __init__(self, window: int = 5, history_len: int = 10) -> None:
+        self.window, self.history_len = window, history_len
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        rows = np.asarray(obs, dtype=np.float64)[:, : 5 * self.history_len].reshape(
+            len(obs), self.history_len, 5)[:, -self.window:]
+        size, delay = rows[..., 1] * SIZE_NORM, rows[..., 2] * DELAY_NORM
+        seen = delay > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inverse = np.where(seen, delay / np.where(seen, size, 1.0), 0.0).sum(axis=1)
+            estimate = np.where(seen.any(axis=1), seen.sum(axis=1) / inverse, 0.0)
+        fits = np.asarray(BITRATES, dtype=np.float64)[None, :] <= estimate[:, None]
+        return np.maximum(fits.sum(axis=1) - 1, 0).astype(np.int64)
+
+    __call__ = act
+
+
 SPEC = EnvSpec(
     name="tracebench",
     description="Plume's controlled ABR benchmark: 3 bitrates, two-state Markov traces",
@@ -84,7 +113,9 @@ SPEC = EnvSpec(
                 lambda ep: np.asarray(ep["return"], float) / np.asarray(ep["length"], float)),
     anchors=_anchors,
     controllers={"always_lowest": lambda params: _Constant(0),
-                 "always_highest": lambda params: _Constant(len(BITRATES) - 1)},
+                 "always_highest": lambda params: _Constant(len(BITRATES) - 1),
+                 "rate_based": lambda params: RateBased()},
+    baseline_controller="always_highest",  # the strongest of its classic controllers
     analysis={"channel": "bandwidth", "resample_s": 0.0, "feature_set": "tracebench",
               "k_range": (3, 8),
               "selection": {"fraction": 0.5, "steps": 7, "central_rounding": "floor"}},
