@@ -91,8 +91,10 @@ class Job:
 
 
 def _eval_key(override: str) -> bool:
-    """Whether a job override also applies to ``plume-eval`` (no training keys there)."""
-    return override.partition("=")[0].lstrip("+~").split(".")[0] in ("env", "paths", "overwrite")
+    """Whether a job override also applies to ``plume-eval``: env keys but the number of
+    training copies (a test env has one copy per trace), paths, overwrite."""
+    key = override.partition("=")[0].lstrip("+~")
+    return key.split(".")[0] in ("env", "paths", "overwrite") and key != "env.n_envs"
 
 
 @dataclass

@@ -131,7 +131,7 @@ def test_controllers_are_plume_eval_jobs_on_their_group_s_test_traces(tmp_path):
     pensieve = next(j for j in jobs if j.group == "pensieve" and j.label == "bba")
     assert pensieve.args("runs", ["logger=none", "env.n_envs=4"]) == [
         "env=abr", "env.dataset=pensieve_synthetic", "env.variant=pensieve", "controller=bba",
-        "env.n_envs=4", "seed=0", "paths.root=runs"]  # training-only keys are left out
+        "seed=0", "paths.root=runs"]  # keys that do not change an evaluation are left out
     planned = runner.plan([pensieve], tmp_path, ["logger=none"])
     assert planned[0].run_dir == tmp_path / "controllers" / (
         "controller=bba,env.dataset=pensieve_synthetic,env.variant=pensieve,env=abr") / "seed=0"
@@ -238,3 +238,29 @@ def test_dry_run_estimates_the_runtime_from_the_completed_runs(tmp_path):
     # 14 x 600k steps at 10k steps/s per job, two at a time: 420 s
     assert line.startswith("estimated runtime: 0:07:00 for 14 job(s), 8,400,000 env steps at "
                            "10,000 steps/s per job (the median of 1 completed run(s) here)")
+
+
+def test_an_environment_figure_trains_its_curves_and_evaluates_its_controllers(tmp_path, capsys):
+    """fig6b with one seed: 3 Aurora runs through plume-train, 4 classic controllers through
+    plume-eval, then the curves, the report (no verdict from 1 run per side) and a summary
+    that lists the controllers beside the learned runs."""
+    root, out = tmp_path / "runs", tmp_path / "reports"
+    overrides = ["train.total_steps=2048", "train.eval_points=2", "train.progress_every_s=0",
+                 "env.n_envs=8", "algo.n_steps=8", "logger=none", *FAST_ANALYSIS]
+    argv = ["fig6b", "--seeds", "1", "--root", str(root), "--out", str(out), "--reps", "50",
+            *[f"--override={o}" for o in overrides]]
+    assert runner.main(argv) == 0, capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "7 job(s), 0 already completed, 7 to train" in printed
+    assert "launching 4 job(s)" in printed and "launching 3 job(s)" in printed
+    controllers = sorted(p.parent.parent.name
+                         for p in root.glob("controllers/*/seed=0/status.json"))
+    assert controllers == [f"controller={c},env=cc" for c in
+                           ("aimd", "constant_rate", "cubic", "oracle")]
+    summary = (out / "fig6b" / "summary.md").read_text()
+    assert "no verdict, too few runs" in summary
+    assert "oracle 1.000 (raw" in summary and "constant_rate -0.000 (raw" in summary
+    assert "Plume-Dynamic" in summary and "(n=1)" not in summary  # no interval from one run
+    figure = out / "fig6b" / "fig6b_cc"
+    assert figure.with_suffix(".png").is_file() and figure.with_suffix(".pdf").is_file()
+    assert (out / "fig6b" / "report" / "tables" / "controllers.csv").is_file()

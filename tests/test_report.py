@@ -349,6 +349,24 @@ def test_configs_sharing_a_sampler_must_be_grouped_apart(tmp_path):
     assert (analysis.poi["verdict"] == "too few runs").all()  # 2 runs per side
 
 
+def test_with_config_key_groups_the_baseline_may_be_named_by_its_run_folder(tmp_path):
+    """Fig. 3's Random and Random+PER share the sampler: the baseline is named by the run
+    folder (what ``plume-report --baseline`` accepts), whatever short name the report gives."""
+    for seed in range(2):
+        run = write_run(tmp_path, "uniform", seed, n_traces=4, test_sets=("majority_slow",),
+                        shift=0.5)
+        per = run.parent.with_name("algo.per=true," + run.parent.name)
+        per.mkdir(exist_ok=True)
+        run.rename(per / run.name)
+        write_run(tmp_path, "uniform", seed, n_traces=4, test_sets=("majority_slow",))
+    folder = next(tmp_path.glob("synthetic/algo.per=true,*")).name
+    scores = load_scores(scan_runs(tmp_path))
+    analysis = analyse(scores, group_by="config_key", baseline=folder, reps=50)
+    assert analysis.baseline == "algo.per=true"  # the shared overrides are left out
+    with pytest.raises(ReportStatsError, match="baseline 'nope' is not among"):
+        analyse(scores, group_by="config_key", baseline="nope", reps=50)
+
+
 # --------------------------------------------------------------------------- real tiny runs
 
 
