@@ -372,18 +372,26 @@ def _conf_dir() -> Path:
     return Path(CONF_DIR)
 
 
+def analysis_cache() -> Path:
+    """``paths.cache`` of conf/paths/default.yaml: the cache the training jobs fill, so the
+    cluster figures reuse their analyses."""
+    from omegaconf import OmegaConf
+
+    return Path(OmegaConf.load(_conf_dir() / "paths" / "default.yaml").cache)
+
+
 def render(name: str, roles: Mapping[Path, tuple[str, str]], out: str | Path, *,
-           root: str | Path, expected_runs: int = 0,
-           report_options: dict | None = None) -> dict[str, Any]:
+           expected_runs: int = 0, report_options: dict | None = None,
+           cache_dir: str | Path | None = None) -> dict[str, Any]:
     """Draw figure ``name`` into ``out`` from ``roles`` (its completed run directories, each
-    with its group and curve label); returns the artefacts written (and ``_summary``: a few
-    lines to print)."""
+    with its group and curve label); the cluster figures read and fill the analysis cache
+    ``cache_dir`` (default: the jobs' ``paths.cache``). Returns the artefacts written (and
+    ``_summary``: a few lines to print)."""
     from experiments.catalog import FIG10_DATASETS, TRAINING_FIGURES
     from experiments.curves import render_training
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    root = Path(root)
     artefacts: dict[str, Any] = {}
     if name in TRAINING_FIGURES:
         artefacts = render_training(TRAINING_FIGURES[name], roles, out, report_options or {})
@@ -395,13 +403,13 @@ def render(name: str, roles: Mapping[Path, tuple[str, str]], out: str | Path, *,
         artefacts["figure"] = example_traces_figure(out / "fig13_example_traces")
     elif name in ("fig11", "fig12"):
         if name == "fig11":
-            figures, lines = env_clusters(out, root / ".cache" / "analysis")
+            figures, lines = env_clusters(out, Path(cache_dir or analysis_cache()))
             artefacts.update(figures)
         else:
             from plume.analysis import adjusted_rand_index
 
             artefacts["figure"], analyses = clusters_figure(out / "fig12_clusters",
-                                                            root / ".cache" / "analysis")
+                                                            Path(cache_dir or analysis_cache()))
             lines = [f"{a.dataset}: k={a.k}, sizes {a.cluster_sizes.tolist()}, "
                      f"ARI vs kinds {adjusted_rand_index(a):.3f}" for a in analyses]
         (out / "clusters.txt").write_text("\n".join(lines) + "\n")

@@ -579,15 +579,17 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
     from experiments import figures as draw
 
     artefacts: dict[str, dict] = {}
+    cache_dir = next((o.partition("=")[2] for o in overrides if o.startswith("paths.cache=")),
+                     None)  # where the jobs keep their analyses
     for figure in figures:
         mine = figure_jobs(figure, profile, n_seeds)
         roles = {by_job[j].run_dir: (j.group, j.label) for j in mine
                  if _read_state(by_job[j].run_dir) == "completed"}
         target = out_path / figure
         try:
-            artefacts[figure] = draw.render(figure, roles, target, root=root_path,
-                                            expected_runs=len(mine),
-                                            report_options=report_options or {})
+            artefacts[figure] = draw.render(figure, roles, target, expected_runs=len(mine),
+                                            report_options=report_options or {},
+                                            cache_dir=cache_dir)
         except Exception as err:  # noqa: BLE001  (one figure's failure must not hide the others)
             import traceback
 

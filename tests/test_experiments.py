@@ -172,11 +172,11 @@ def test_dry_run_prints_every_job_and_trains_nothing(tmp_path, capsys):
 def test_dataset_figures_render_png_and_pdf(tmp_path):
     from experiments import figures
 
-    fig7 = figures.render("fig7", [], tmp_path / "fig7", root=tmp_path)
+    fig7 = figures.render("fig7", [], tmp_path / "fig7")
     assert [p.suffix for p in fig7["figure"]] == [".png", ".pdf"]
     assert all(p.stat().st_size > 0 for p in fig7["figure"])
     assert "| Balanced | train | 250 | 250 | 250 | 250 |" in (tmp_path / "fig7" / "composition.md").read_text()
-    fig13 = figures.render("fig13", [], tmp_path / "fig13", root=tmp_path)
+    fig13 = figures.render("fig13", [], tmp_path / "fig13")
     assert all(p.is_file() for p in fig13["figure"])
 
 
@@ -184,10 +184,25 @@ def test_dataset_figures_render_png_and_pdf(tmp_path):
 def test_fig12_renders_the_clusters_of_the_three_datasets(tmp_path):
     from experiments import figures
 
-    result = figures.render("fig12", [], tmp_path / "fig12", root=tmp_path)
+    result = figures.render("fig12", {}, tmp_path / "fig12",
+                            cache_dir=tmp_path / "cache")
     assert all(p.is_file() for p in result["figure"])
     assert len((tmp_path / "fig12" / "clusters.txt").read_text().splitlines()) == 3
-    assert len(list((tmp_path / ".cache" / "analysis").glob("*.json"))) == 3
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 3
+
+
+@pytest.mark.slow  # stage 1-2 on 1000 ABR sessions, 1000 links and 1000 job sequences: ~1 min
+def test_fig11_renders_the_clusters_of_abr_cc_and_lb(tmp_path):
+    from experiments import figures
+
+    result = figures.render("fig11", {}, tmp_path / "fig11",
+                            cache_dir=tmp_path / "cache")
+    for panel, env in (("fig11a", "abr"), ("fig11b", "cc"), ("fig11c", "lb")):
+        assert [p.name for p in result[panel]] == [f"{panel}_{env}_clusters.png",
+                                                    f"{panel}_{env}_clusters.pdf"]
+    lines = (tmp_path / "fig11" / "clusters.txt").read_text().splitlines()
+    assert [line.split()[1] for line in lines] == ["abr", "cc", "lb"]
+    assert "ARI vs the generator's kinds" in lines[0] and "k=" in lines[1]
 
 
 # Tiny jobs: TINY budgets, no tracker, a cheap stage 1-2 for the Plume samplers.
