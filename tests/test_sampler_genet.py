@@ -185,10 +185,10 @@ def test_soft_memberships_and_metadata():
         ({"traces_per_cluster": 0}, "traces_per_cluster"),
         ({"traces_per_cluster": 2.5}, "traces_per_cluster"),
         ({"baseline": 3}, "baseline"),
-        ({"scores": BASELINE[:9]}, r"baseline_scores must have shape \(10,\)"),
-        ({"scores": np.where(ALL == 7, np.inf, 1.0)}, "for trace 7"),
-        ({"scores": np.where(ALL == 3, np.nan, 1.0)}, "for trace 3"),
-        ({"labels": LABELS[:9]}, "9 rows"),
+        ({"scores": BASELINE[:9]}, "baseline_scores has 9 values, expected 10"),
+        ({"scores": np.where(ALL == 7, np.inf, 1.0)}, "at trace 7"),
+        ({"scores": np.where(ALL == 3, np.nan, 1.0)}, "at trace 3"),
+        ({"labels": LABELS[:9]}, "9 labels"),
         ({"labels": np.array([0, 0, 2, 2, 2, 2, 2, 2, 2, 2])}, "no traces"),
     ],
 )
@@ -208,12 +208,12 @@ def test_budget_steps_is_required():
 @pytest.mark.parametrize(
     "traces, scores, match",
     [
-        (np.array([0, 1]), np.array([1.0]), r"scores must have shape \(2,\)"),
+        (np.array([0, 1]), np.array([1.0]), "scores has 1 values, expected 2"),
         (np.array([0, 10]), np.array([1.0, 1.0]), "trace indices"),
         (np.array([-1, 2]), np.array([1.0, 1.0]), "trace indices"),
         (np.array([], dtype=np.int64), np.array([]), "non-empty"),
         (np.array([0.0, 1.0]), np.array([1.0, 1.0]), "integer"),
-        (np.array([2, 6]), np.array([1.0, np.nan]), "for trace 6"),
+        (np.array([2, 6]), np.array([1.0, np.nan]), "at trace 6"),
     ],
 )
 def test_bad_policy_scores(traces, scores, match):

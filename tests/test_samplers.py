@@ -587,7 +587,8 @@ def test_constant_feature_columns_handled():
 
 def test_registry():
     assert set(SAMPLERS) == {"uniform", "plume_static", "plume_dynamic", "trace_error",
-                             "cluster_uniform", "two_class", "plr", "worst_case"}
+                             "cluster_uniform", "two_class", "plr", "worst_case", "genet",
+                             "cl2", "tscl"}
     for name, cls in SAMPLERS.items():
         assert cls.name == name
         params = list(inspect.signature(cls.__init__).parameters)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from plume.sampling.plume import EpsilonMixtureSampler, _integer
+from plume.sampling.weights import finite_scores
 
 __all__ = ["NEW_BIN_MASS", "N_BINS", "DifficultyCurriculumSampler", "difficulty_bins"]
 
@@ -22,16 +23,6 @@ N_BINS = 5
 """Difficulty bins, and curriculum levels (level L opens bins 0..L)."""
 NEW_BIN_MASS = 0.3
 """Share of the newest bin at each level; the older bins keep 0.7 of the previous level's."""
-
-
-def _scores(name: str, values: np.ndarray, n_traces: int) -> np.ndarray:
-    arr = np.array(values, dtype=np.float64, copy=True).reshape(-1)
-    if arr.shape != (n_traces,):
-        raise ValueError(f"{name} has {arr.size} values but the sampler covers {n_traces} traces")
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        raise ValueError(f"{name} has a non-finite value ({arr[bad[0]]}) at trace {int(bad[0])}")
-    return arr
 
 
 def _controller(name: str, value: str | None) -> str | None:
@@ -85,8 +76,8 @@ class DifficultyCurriculumSampler(EpsilonMixtureSampler):
         self.budget_steps = _integer("budget_steps", budget_steps, 1)
         self.baseline = _controller("baseline", baseline)
         self.reference = _controller("reference", reference)
-        base = _scores("baseline_scores", baseline_scores, self.n_traces)
-        ref = _scores("reference_scores", reference_scores, self.n_traces)
+        base = finite_scores("baseline_scores", baseline_scores, self.n_traces)
+        ref = finite_scores("reference_scores", reference_scores, self.n_traces)
         self.difficulty = ref - base
         self.bins = difficulty_bins(self.difficulty)
         self.clusters = self.bins

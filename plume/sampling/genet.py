@@ -16,44 +16,12 @@ from typing import Any
 import numpy as np
 
 from plume.sampling.plume import EpsilonMixtureSampler, _integer
-from plume.sampling.weights import as_labels, as_memberships
+from plume.sampling.weights import finite_scores, hard_labels
 
 __all__ = ["GenetSampler"]
 
 UNIFORM = -1
 """Cluster id of component 0: uniform over all traces (Genet's original distribution)."""
-
-
-def _cluster_labels(memberships: np.ndarray, n_traces: int) -> tuple[np.ndarray, int]:
-    """Hard labels and the number of clusters from 1-D labels or an (n, K) membership matrix.
-
-    With a matrix, a cluster that wins no trace's argmax (possible with GMM posteriors) is kept
-    as an empty cluster: it is never evaluated, so never chosen, and rejecting it would stop a
-    run over a property of the clustering.
-    """
-    raw = np.asarray(memberships)
-    if raw.ndim == 1:
-        labels, k = as_labels(raw)
-        if labels.size != n_traces:
-            raise ValueError(
-                f"memberships has {labels.size} rows but the sampler covers {n_traces} traces"
-            )
-        return labels, k
-    dist = as_memberships(raw, n_traces)
-    return np.argmax(dist, axis=1).astype(np.int64), dist.shape[1]
-
-
-def _finite_scores(name: str, scores: np.ndarray, size: int,
-                   traces: np.ndarray | None = None) -> np.ndarray:
-    """A float64 copy of ``scores`` (shape ``(size,)``); a non-finite entry names its trace."""
-    s = np.array(scores, dtype=np.float64, copy=True)
-    if s.shape != (size,):
-        raise ValueError(f"{name} must have shape ({size},), got {s.shape}")
-    bad = np.flatnonzero(~np.isfinite(s))
-    if bad.size:
-        trace = int(bad[0]) if traces is None else int(traces[bad[0]])
-        raise ValueError(f"{name} has a non-finite value ({s[bad[0]]}) for trace {trace}")
-    return s
 
 
 class GenetSampler(EpsilonMixtureSampler):
@@ -115,8 +83,8 @@ class GenetSampler(EpsilonMixtureSampler):
         self.new_weight = new_weight
         self.evaluation_every = max(1, self.budget_steps // (self.rounds + 1))
 
-        self.clusters, self.n_clusters = _cluster_labels(memberships, self.n_traces)
-        self.baseline_scores = _finite_scores("baseline_scores", baseline_scores, self.n_traces)
+        self.clusters, self.n_clusters = hard_labels(memberships, self.n_traces)
+        self.baseline_scores = finite_scores("baseline_scores", baseline_scores, self.n_traces)
         self._sizes = np.bincount(self.clusters, minlength=self.n_clusters)
 
         self.components: list[tuple[int, float]] = [(UNIFORM, 1.0)]
@@ -186,7 +154,7 @@ class GenetSampler(EpsilonMixtureSampler):
         if idx.min() < 0 or idx.max() >= self.n_traces:
             raise ValueError(f"trace indices must be in [0, {self.n_traces}), got {idx.tolist()}")
         idx = idx.astype(np.int64)
-        policy = _finite_scores("scores", scores, idx.size, traces=idx)
+        policy = finite_scores("scores", scores, idx.size, traces=idx)
         gaps = self._gaps(idx, policy)
         best = int(np.argmax(np.where(np.isnan(gaps), -np.inf, gaps)))  # first max: lowest id
         chosen = best if gaps[best] > 0 else None

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from plume.sampling.plume import EpsilonMixtureSampler, _integer, _positive
-from plume.sampling.weights import as_labels, as_memberships
+from plume.sampling.weights import hard_labels
 
 __all__ = ["LearningProgressSampler", "window_slope"]
 
@@ -31,20 +31,6 @@ def window_slope(points: Any) -> float:
     if not denom > 0:
         return math.nan
     return float(dx @ (xy[:, 1] - xy[:, 1].mean())) / denom
-
-
-def _hard_labels(memberships: np.ndarray, n_traces: int) -> tuple[np.ndarray, int]:
-    """Hard labels and K: 1-D labels via ``as_labels``; a matrix via its argmax, K = columns
-    (so a soft cluster that wins no argmax is kept, empty, and gets zero mass)."""
-    raw = np.asarray(memberships)
-    if raw.ndim == 1:
-        labels, k = as_labels(raw)
-        if labels.size != n_traces:
-            raise ValueError(f"memberships has {labels.size} labels but the sampler covers "
-                             f"{n_traces} traces")
-        return labels, k
-    dist = as_memberships(raw, n_traces)
-    return np.argmax(dist, axis=1).astype(np.int64), dist.shape[1]
 
 
 class LearningProgressSampler(EpsilonMixtureSampler):
@@ -88,7 +74,7 @@ class LearningProgressSampler(EpsilonMixtureSampler):
         if self.min_episodes > self.window:
             raise ValueError(f"min_episodes ({self.min_episodes}) must be <= window "
                              f"({self.window}), or no cluster ever leaves exploration")
-        self.clusters, self.n_clusters = _hard_labels(memberships, self.n_traces)
+        self.clusters, self.n_clusters = hard_labels(memberships, self.n_traces)
         self.cluster_sizes = np.bincount(self.clusters, minlength=self.n_clusters)
         self.cluster_episodes = np.zeros(self.n_clusters, dtype=np.int64)
         self.windows = [deque(maxlen=self.window) for _ in range(self.n_clusters)]

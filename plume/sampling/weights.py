@@ -29,6 +29,8 @@ __all__ = [
     "cluster_mass_soft",
     "cluster_weights_hard",
     "cluster_weights_soft",
+    "finite_scores",
+    "hard_labels",
     "minmax_scale",
     "normalise_pools",
 ]
@@ -182,3 +184,32 @@ def minmax_scale(values: np.ndarray, low: float = 1.0, high: float = 10.0) -> np
     if span <= 0:
         return np.full(arr.shape, float(low))
     return low + (arr - lo) * ((high - low) / span)
+
+
+def hard_labels(memberships: np.ndarray, n_traces: int) -> tuple[np.ndarray, int]:
+    """Hard cluster labels and K: 1-D labels via :func:`as_labels`; a membership matrix via
+    its argmax with K = its columns (a soft cluster that wins no trace's argmax is kept,
+    empty: rejecting it would stop a run over a property of the clustering)."""
+    raw = np.asarray(memberships)
+    if raw.ndim == 1:
+        labels, k = as_labels(raw)
+        if labels.size != n_traces:
+            raise ValueError(f"memberships has {labels.size} labels but the sampler covers "
+                             f"{n_traces} traces")
+        return labels, k
+    dist = as_memberships(raw, n_traces)
+    return np.argmax(dist, axis=1).astype(np.int64), dist.shape[1]
+
+
+def finite_scores(name: str, values: np.ndarray, size: int,
+                  traces: np.ndarray | None = None) -> np.ndarray:
+    """A float64 copy of ``values`` (``size`` of them); a non-finite one names its trace
+    (``traces[i]`` when given, else its index)."""
+    arr = np.array(values, dtype=np.float64, copy=True).reshape(-1)
+    if arr.shape != (size,):
+        raise ValueError(f"{name} has {arr.size} values, expected {size}")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        trace = int(bad[0]) if traces is None else int(traces[bad[0]])
+        raise ValueError(f"{name} has a non-finite value ({arr[bad[0]]}) at trace {trace}")
+    return arr
