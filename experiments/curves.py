@@ -199,8 +199,8 @@ def final_scores_text(group: Group, scores: pd.DataFrame) -> list[str]:
 
 def comparison_table(figure: Figure, scores: pd.DataFrame, results: Mapping[str, Any],
                      roles: RunRoles) -> list[str]:
-    """Markdown: a row per curve, a column per group: the final normalised score (mean over
-    seeds [95 % Student-t], n), the probability of improvement over the group's baseline from
+    """Markdown: a row per curve, a column per group: the final normalised score (each run's
+    mean over the group's test sets; mean over seeds [95 % Student-t], n), the probability of improvement over the group's baseline from
     its report, and the wall time the sampler's own policy evaluations took (Genet's rounds)."""
     labels = list(dict.fromkeys(c.label for g in figure.groups for c in g.curves))
     header = "| sampler | " + " | ".join(g.title for g in figure.groups) + " |"
@@ -222,9 +222,10 @@ def _table_cell(group: Group, label: str, scores: pd.DataFrame, result, roles) -
     if mine.empty:
         return "no runs"
     last = mine[mine["progress"] == mine["progress"].max()]
-    mean, low, high = mean_and_ci(last["normalised"].to_numpy())
+    per_run = last.groupby("run_dir")["normalised"].mean()  # a run's mean over its test sets
+    mean, low, high = mean_and_ci(per_run.to_numpy())
     text = (f"{mean:.3f} [{low:.3f}, {high:.3f}]" if np.isfinite(low) else f"{mean:.3f}") + (
-        f" (n={len(last)})")
+        f" (n={len(per_run)})")
     if result is not None and label != group.baseline:
         from plume.report.comparisons import poi_text
 
