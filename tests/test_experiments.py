@@ -279,3 +279,18 @@ def test_an_environment_figure_trains_its_curves_and_evaluates_its_controllers(t
     figure = out / "fig6b" / "fig6b_cc"
     assert figure.with_suffix(".png").is_file() and figure.with_suffix(".pdf").is_file()
     assert (out / "fig6b" / "report" / "tables" / "controllers.csv").is_file()
+
+    # the cross-environment table of `peers`, on these runs: a row per sampler, a run per cell
+    from dataclasses import replace
+
+    from experiments.catalog import TRAINING_FIGURES
+    from experiments.curves import comparison_table, score_table
+
+    planned = runner.plan(runner.figure_jobs("fig6b", "quick", 1), root, overrides)
+    roles = {p.run_dir: (p.job.group, p.job.label) for p in planned}
+    figure = replace(TRAINING_FIGURES["fig6b"], table=True)
+    table = comparison_table(figure, score_table(roles), {}, roles)
+    assert table[0] == "| sampler | Aurora (A2C) on aurora link tuples |"
+    assert [row.split(" | ")[0] for row in table[2:]] == ["| Random", "| Plume-Static",
+                                                          "| Plume-Dynamic"]
+    assert all(row.endswith("(n=1) |") for row in table[2:])  # no interval from one run
