@@ -267,6 +267,12 @@ def render_training(figure: Figure, roles: RunRoles, out: Path,
         results[group.key] = result
         if result is not None:
             artefacts[f"{group.key} report"] = result.report
+            if report_grouping(group, roles)[0] == "config_key":
+                folders = {label: run.parent.name for run, (key, label) in roles.items()
+                           if key == group.key and label not in group.controllers}
+                text += ["The report names each curve by its run folder: " + "; ".join(
+                    f"{label} = `{folders[label]}`" for label in
+                    (c.label for c in group.curves) if label in folders) + ".", ""]
             where = result.report.relative_to(out).as_posix()
             tasks = ", ".join(result.analysis.tasks)
             text += [f"Verdicts (rliable report {where}; tasks: {tasks}):", "",
