@@ -133,3 +133,14 @@ def test_each_curriculum_sampler_trains_on_cc(sampler, compose_cfg, tmp_path):
 @pytest.mark.parametrize("sampler", ["genet", "cl2", "tscl"])
 def test_each_curriculum_sampler_trains_on_abr_and_lb(env, sampler, compose_cfg, tmp_path):
     _train_on(env, sampler, compose_cfg, tmp_path / "run")
+
+
+def test_rounds_between_updates_never_stall_the_schedule(compose_cfg, tmp_path):
+    """A2C updates every 512 env steps here, Genet's rounds fall every 204: updates pass
+    several round steps at once, and the last one passes the budget (no round there)."""
+    cfg = compose_cfg(*TINY, "logger=none", "algo=a2c", "sampler=genet")
+    run_job(cfg, tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "status.json").read_text())["summary"]
+    assert summary["env_steps"] == 2048
+    # rounds at the updates ending on 512, 1024 and 1536 env steps (204 x 2, 5 and 7)
+    assert summary["sampler_rounds"] == 7

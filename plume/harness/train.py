@@ -328,14 +328,14 @@ class _Training:
         """Train to env step ``target``, stopping for every round of a sampler that judges
         the policy (``plume.harness.consultation``)."""
         while True:
-            stop = self.consultation.next_stop(target)
-            self.log_records(self.agent.learn(stop))
+            self.log_records(self.agent.learn(self.consultation.next_stop(target)))
             env_steps = int(self.agent.env_steps)
+            # no round once the budget is spent: the policy is final, no episode follows
             if self.consultation.due(env_steps) and env_steps < self.job.train.total_steps:
                 record = self.consultation.consult(
                     lambda obs: self.agent.act(obs, deterministic=True), env_steps)
                 self.tracker.log(record, step=env_steps)
-            if stop >= target:
+            if env_steps >= target:  # learn rounds up to its update: it may pass a stop
                 return
 
     def evaluate(self, progress: float, env_steps: int) -> None:
