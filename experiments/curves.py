@@ -23,6 +23,24 @@ from experiments.catalog import Figure, Group
 RunRoles = Mapping[Path, tuple[str, str]]
 """A completed run directory -> (its group's key, its curve label or controller name)."""
 
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (figures are files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig, stem: Path) -> list[Path]:
+    """``stem``.png and ``stem``.pdf (``plume.report.figures.save_figure``)."""
+    from plume.report.figures import save_figure
+
+    return save_figure(fig, stem)
+
+
 STYLES = ("-", "--", "-.", ":")
 MARKERS = "ovds^<>"
 
@@ -105,9 +123,7 @@ def _draw_panel(ax, rows: pd.DataFrame, group: Group) -> dict[str, int]:
 def curves_figure(figure: Figure, scores: pd.DataFrame, stem: Path) -> list[Path]:
     """Columns = (group, test set) pairs; rows = all traces / the group's hard traces. The
     y axis is the normalised score, always showing its anchors 0 and 1."""
-    from experiments.figures import _plt, _save
-
-    plt = _plt()
+    plt = pyplot()
     columns = []
     for group in figure.groups:
         table = subset_means(scores, group) if not scores.empty else pd.DataFrame()
@@ -139,7 +155,7 @@ def curves_figure(figure: Figure, scores: pd.DataFrame, stem: Path) -> list[Path
                  "anchor); mean over seeds, 95 % Student-t band over seeds (none below 5); "
                  f"{runs} learned runs", fontsize=9)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save(fig, stem)
 
 
 def report_grouping(group: Group, roles: RunRoles) -> tuple[str, str]:

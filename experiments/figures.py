@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.catalog import DATASET_LABELS
-from experiments.curves import mean_and_ci
+from experiments.curves import mean_and_ci, pyplot, save
 
 KIND_ORDER = ("fast_low-var", "fast_high-var", "slow_low-var", "slow_high-var")
 KIND_LABELS = {
@@ -36,21 +36,6 @@ KIND_COLOURS = {
     "slow_low-var": "#d62728",
     "slow_high-var": "#ff7f0e",
 }
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, stem: Path) -> list[Path]:
-    from plume.report.figures import save_figure
-
-    return save_figure(fig, stem)
 
 
 # --------------------------------------------------------------------------- run directories
@@ -126,7 +111,7 @@ def sampler_weight_table(runs: Sequence[RunInfo]) -> pd.DataFrame:
 def weights_figure(runs: Sequence[RunInfo], datasets: Sequence[str], stem: Path) -> list[Path]:
     """Paper Fig. 10: Plume-Dynamic's relative sampling weight per trace kind over training,
     one panel per training dataset (mean over seeds, 95 % Student-t band)."""
-    plt = _plt()
+    plt = pyplot()
     table = sampler_weight_table([r for r in runs if r.sampler == "plume_dynamic"])
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.0),
                              squeeze=False, sharey=True)
@@ -159,7 +144,7 @@ def weights_figure(runs: Sequence[RunInfo], datasets: Sequence[str], stem: Path)
                  f"mean over seeds, 95 % Student-t band (none below 5); n = {used} runs",
                  fontsize=10)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save(fig, stem)
 
 
 def weights_summary(runs: Sequence[RunInfo], datasets: Sequence[str]) -> str:
@@ -194,7 +179,7 @@ def _datasets():
 def composition_figure(stem: Path) -> tuple[list[Path], pd.DataFrame]:
     """Paper Fig. 7: traces per kind in each dataset and split (stacked bars), the throughput
     distribution of each kind, and per-trace mean vs coefficient of variation."""
-    plt = _plt()
+    plt = pyplot()
     datasets, load = _datasets()
     counts = {}
     for dataset in datasets:
@@ -243,12 +228,12 @@ def composition_figure(stem: Path) -> tuple[list[Path], pd.DataFrame]:
     axes[2].legend(fontsize=7)
     fig.suptitle("TraceBench datasets: two-state Markov traces of four kinds", fontsize=11)
     fig.tight_layout()
-    return _save(fig, stem), table
+    return save(fig, stem), table
 
 
 def example_traces_figure(stem: Path, per_kind: int = 3, dataset: str = "balanced") -> list[Path]:
     """Paper Fig. 13: example throughput traces of each kind, one panel per kind."""
-    plt = _plt()
+    plt = pyplot()
     _, load = _datasets()
     traces = load(dataset, "train")
     fig, axes = plt.subplots(1, len(KIND_ORDER), figsize=(16, 3.4), sharey=True)
@@ -266,7 +251,7 @@ def example_traces_figure(stem: Path, per_kind: int = 3, dataset: str = "balance
     fig.suptitle(f"Example TraceBench traces ({DATASET_LABELS.get(dataset, dataset)}, train; "
                  f"first {per_kind} of each kind)", fontsize=11)
     fig.tight_layout()
-    return _save(fig, stem)
+    return save(fig, stem)
 
 
 def analysis_settings():
@@ -287,7 +272,7 @@ def clusters_figure(stem: Path, cache_dir: Path, settings=None) -> tuple[list[Pa
     under each panel."""
     from plume.analysis import adjusted_rand_index, analyze
 
-    plt = _plt()
+    plt = pyplot()
     datasets, load = _datasets()
     settings = settings or analysis_settings()
     markers = {k: m for k, m in zip(KIND_ORDER, "os^D")}
@@ -322,7 +307,7 @@ def clusters_figure(stem: Path, cache_dir: Path, settings=None) -> tuple[list[Pa
     fig.suptitle("Plume stages 1-2 on each TraceBench training split (ground truth never used)",
                  fontsize=11)
     fig.tight_layout()
-    return _save(fig, stem), analyses
+    return save(fig, stem), analyses
 
 
 def _short(feature: str) -> str:
