@@ -118,8 +118,9 @@ def test_figures_share_runs_instead_of_training_them_twice():
     every = runner.figure_jobs("all", "quick")
     sizes = {name: len(runner.figure_jobs(name, "quick")) for name in TRAINED}
     assert sizes == {"quickstart": 15, "fig3": 20, "fig6a": 25 + 6, "fig6b": 15 + 4,
-                     "fig6c": 15 + 4, "fig8": 45, "fig9": 90}
-    assert len(every) == len(set(every)) == sum(sizes.values()) - 30  # fig8 reuses 30 of fig9's
+                     "fig6c": 15 + 4, "fig8": 45, "fig9": 90, "peers": 140}
+    # fig8 reuses 30 of fig9's runs; peers reuses 15 of fig9's and 15 each of fig6a-c's
+    assert len(every) == len(set(every)) == sum(sizes.values()) - 30 - 60
     for name in DATASET_FIGURES:
         assert runner.figure_jobs(name, "quick") == []
 

@@ -50,7 +50,7 @@ def test_unknown_sampler_group_option_lists_the_valid_ones(compose_cfg):
 @pytest.mark.parametrize(
     "override, expected",
     [
-        ("sampler.name=nosuchsampler", "valid choices: cluster_uniform, plr, plume_dynamic"),
+        ("sampler.name=nosuchsampler", "valid choices: cl2, cluster_uniform, genet, plr, plume_dynamic"),
         ("train.total_steps=-5", "train.total_steps must be a positive step budget, got -5"),
         ("train.total_steps=abc", "train.total_steps"),
         ("env.dataset=majority_medium", "majority_fast, balanced, majority_slow"),

@@ -27,14 +27,17 @@ def sampler_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
     memberships /= memberships.sum(axis=1, keepdims=True)
     return {"memberships": memberships,
             "features": rng.normal(size=(N_TRACES, N_FEATURES)),
-            "mean_throughput": rng.uniform(0.5, 5.0, size=N_TRACES)}
+            "mean_throughput": rng.uniform(0.5, 5.0, size=N_TRACES),
+            "baseline_scores": rng.normal(size=N_TRACES),
+            "reference_scores": rng.normal(1.0, size=N_TRACES)}
 
 
 def build(name: str, seed: int = 0):
     """``SAMPLERS[name]`` with exactly its declared inputs, as build_sampler does."""
     cls = SAMPLERS[name]
     inputs = sampler_inputs(np.random.default_rng(100 + seed))
-    params = FAST_SCHEDULE if name in ("plume_dynamic", "trace_error") else {}
+    params = (FAST_SCHEDULE if name in ("plume_dynamic", "trace_error") else
+              {"budget_steps": 1000} if name in ("genet", "cl2") else {})
     return cls(N_TRACES, np.random.default_rng(seed),
                **{key: inputs[key] for key in cls.inputs}, **params)
 
