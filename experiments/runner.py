@@ -16,6 +16,9 @@ a sweep axis and the number of seeds is a property of the profile:
   a verdict, ``plume.report.inference.MIN_RUNS``).
 - ``quick``: the ``<name>_quick`` experiment configs (smaller budgets), seeds 0-4.
 
+In both, a group of the catalog whose effect is small asks for more seeds (``Group.seeds``:
+Fig. 9's S2 and S3 train seeds 0-9); ``--seeds N`` replaces every count.
+
 Figures that share runs share jobs: fig10 draws fig9's plume_dynamic runs, fig8 reuses fig9's
 majority_fast runs of uniform / plume_static / plume_dynamic and trains only trace_error.
 
@@ -122,13 +125,13 @@ def experiment(base: str, profile: str) -> str:
 
 
 def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None) -> list[Job]:
-    """The jobs figure ``name`` needs in ``profile`` (n_seeds overrides the profile's seed
-    count): its curves' plume-train runs, then its controllers' plume-eval runs."""
+    """The jobs figure ``name`` needs in ``profile`` (n_seeds replaces the profile's and the
+    groups' seed counts): its curves' plume-train runs, then its controllers' plume-eval
+    runs."""
     if name not in NAMES:
         raise ValueError(f"unknown figure {name!r}; valid: {', '.join(NAMES)}")
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    seeds = range(SEEDS[profile] if n_seeds is None else n_seeds)
     if name == "all":
         unique: dict[Job, None] = {}
         for figure in FIGURES:
@@ -137,16 +140,17 @@ def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None) -
     if name == "fig10":  # fig9's PPO Plume-Dynamic runs on two datasets
         return [Job(experiment("fig9", profile), (f"env.dataset={d}", "sampler=plume_dynamic"),
                     seed, group=d, label=SAMPLER_LABELS["plume_dynamic"])
-                for d in FIG10_DATASETS for seed in seeds]
+                for d in FIG10_DATASETS for seed in range(n_seeds or SEEDS[profile])]
     if name in TRAINING_FIGURES:
-        return _training_jobs(TRAINING_FIGURES[name], profile, seeds)
+        return _training_jobs(TRAINING_FIGURES[name], profile, n_seeds)
     return []  # fig7, fig11, fig12, fig13 draw datasets only
 
 
-def _training_jobs(figure: Figure, profile: str, seeds: range) -> list[Job]:
+def _training_jobs(figure: Figure, profile: str, n_seeds: int | None) -> list[Job]:
     jobs = [Job(experiment(curve.base, profile), curve.overrides, seed, group=group.key,
                 label=curve.label)
-            for group in figure.groups for curve in group.curves for seed in seeds]
+            for group in figure.groups for curve in group.curves
+            for seed in range(n_seeds or max(SEEDS[profile], group.seeds))]
     jobs += [Job("", (f"env={group.env}", *group.env_overrides, f"controller={name}"), 0,
                  config="eval", group=group.key, label=name)
              for group in figure.groups for name in group.controllers]
@@ -629,7 +633,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{k}: {v}" for k, v in DESCRIPTIONS.items()) + "; all: every figure")
     parser.add_argument("--profile", choices=PROFILES, default="quick",
                         help="quick: <exp>_quick configs, 5 seeds (default); paper: the "
-                             "reference's budget (4e6 env steps, every 5%%), 5 seeds")
+                             "reference's budget (4e6 env steps, every 5%%), 5 seeds; both "
+                             "10 where an effect is small (fig9 S2, S3)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="hydra/launcher=joblib|submitit_local|submitit_slurm|ray and "
                              "hydra.launcher.* keys choose how the jobs run (conf/hydra/"
@@ -645,7 +650,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="extra plume-train override for every job (repeatable); keys "
                              "that change training also change the run directories")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="number of seeds (0..N-1) instead of the profile's")
+                        help="number of seeds (0..N-1) instead of the profile's and the "
+                             "groups'")
     parser.add_argument("--reps", type=int, default=None,
                         help="bootstrap repetitions of the rliable report (report default)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the report bootstrap")

@@ -87,21 +87,29 @@ def test_figures_that_reuse_runs_have_the_budgets_of_those_runs(compose_cfg):
             assert {k for k in own if own[k] != reused[k]} == {"exp_name"}
 
 
-def test_fig9_quick_trains_both_learners_on_every_scenario_with_5_seeds():
+def test_fig9_quick_trains_both_learners_on_every_scenario_with_10_seeds_where_effects_are_small():
     jobs = runner.figure_jobs("fig9", "quick")
-    assert len(jobs) == 90 and len(set(jobs)) == 90  # 2 learners x 3 datasets x 3 samplers x 5
+    # 2 learners x 3 datasets x 3 samplers x 5 seeds, + 5 more seeds for PPO S2, S3 and DQN S3
+    assert len(jobs) == 90 + 45 and len(set(jobs)) == 135
     assert {j.experiment for j in jobs} == {"fig9_quick", "fig9_dqn_quick"}
-    for experiment in ("fig9_quick", "fig9_dqn_quick"):
-        cells = {(j.axis("env.dataset"), j.axis("sampler")) for j in jobs
-                 if j.experiment == experiment}
-        assert cells == {(d, s) for d in DATASETS for s in MAIN_SAMPLERS}
-    assert {j.seed for j in jobs} == {0, 1, 2, 3, 4}  # 5 runs per side: intervals, verdicts
+    seeds: dict[tuple, set[int]] = {}
+    for j in jobs:
+        seeds.setdefault((j.experiment, j.axis("env.dataset"), j.axis("sampler")), set()).add(j.seed)
+    assert set(seeds) == {(e, d, s) for e in ("fig9_quick", "fig9_dqn_quick") for d in DATASETS
+                          for s in MAIN_SAMPLERS}
+    ten = {("fig9_quick", "balanced"), ("fig9_quick", "majority_slow"),
+           ("fig9_dqn_quick", "majority_slow")}
+    for (experiment, dataset, _), got in seeds.items():
+        assert got == set(range(10 if (experiment, dataset) in ten else 5)), (experiment, dataset)
     assert jobs[0].args("runs") == [
         "experiment=fig9_quick", "env.dataset=majority_fast", "sampler=uniform", "seed=0",
         "paths.root=runs",
     ]
     paper = runner.figure_jobs("fig9", "paper")
-    assert len(paper) == 90 and {j.experiment for j in paper} == {"fig9", "fig9_dqn"}
+    assert len(paper) == 135 and {j.experiment for j in paper} == {"fig9", "fig9_dqn"}
+    # --seeds replaces every count, the groups' too
+    assert {j.seed for j in runner.figure_jobs("fig9", "quick", 3)} == {0, 1, 2}
+    assert len(runner.figure_jobs("fig9", "quick", 3)) == 54
 
 
 def test_figures_share_runs_instead_of_training_them_twice():
@@ -118,7 +126,7 @@ def test_figures_share_runs_instead_of_training_them_twice():
     every = runner.figure_jobs("all", "quick")
     sizes = {name: len(runner.figure_jobs(name, "quick")) for name in TRAINED}
     assert sizes == {"quickstart": 15, "fig3": 20, "fig6a": 25 + 6, "fig6b": 15 + 4,
-                     "fig6c": 15 + 4, "fig8": 45, "fig9": 90, "peers": 140}
+                     "fig6c": 15 + 4, "fig8": 45, "fig9": 135, "peers": 140}
     # fig8 reuses 30 of fig9's runs; peers reuses 15 of fig9's and 15 each of fig6a-c's
     assert len(every) == len(set(every)) == sum(sizes.values()) - 30 - 60
     for name in DATASET_FIGURES:
@@ -162,9 +170,9 @@ def test_dry_run_prints_every_job_and_trains_nothing(tmp_path, capsys):
                         "--out", str(tmp_path / "reports")])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "90 job(s), 0 already completed, 90 to train" in printed
-    assert printed.count("plume-train experiment=fig9_quick ") == 45
-    assert printed.count("plume-train experiment=fig9_dqn_quick ") == 45
+    assert "135 job(s), 0 already completed, 135 to train" in printed
+    assert printed.count("plume-train experiment=fig9_quick ") == 75
+    assert printed.count("plume-train experiment=fig9_dqn_quick ") == 60
     assert "seed=2" in printed and "env.dataset=majority_slow,sampler=plume_dynamic" in printed
     assert "launcher overrides: hydra/launcher=joblib hydra.launcher.n_jobs=2" in printed
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
