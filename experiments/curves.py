@@ -216,8 +216,9 @@ def final_scores_text(group: Group, scores: pd.DataFrame) -> list[str]:
 def comparison_table(figure: Figure, scores: pd.DataFrame, results: Mapping[str, Any],
                      roles: RunRoles) -> list[str]:
     """Markdown: a row per curve, a column per group: the final normalised score (each run's
-    mean over the group's test sets; mean over seeds [95 % Student-t], n), the probability of improvement over the group's baseline from
-    its report, and the wall time the sampler's own policy evaluations took (Genet's rounds)."""
+    mean over the group's test sets; mean over seeds [95 % Student-t], n), the probability of
+    improvement over the group's baseline from its report, and the wall time the sampler's own
+    policy evaluations took (Genet's rounds)."""
     labels = list(dict.fromkeys(c.label for g in figure.groups for c in g.curves))
     header = "| sampler | " + " | ".join(g.title for g in figure.groups) + " |"
     lines = [header, "|---|" + "---|" * len(figure.groups)]
