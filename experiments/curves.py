@@ -136,6 +136,12 @@ def curves_figure(figure: Figure, scores: pd.DataFrame, stem: Path) -> list[Path
     for column, (group, test_set, table) in enumerate(columns):
         for row, subset in enumerate(("all", "hard")[:rows]):
             ax = axes[row][column]
+            if subset != "all" and not group.hard:  # this env has no trace kinds to single out
+                ax.axis("off")
+                ax.text(0.5, 0.5, "no hard-trace panel\n(the env's traces have no kinds)",
+                        ha="center", va="center", transform=ax.transAxes, color="grey")
+                axes[0][column].tick_params(labelbottom=True)  # sharex hid them above
+                continue
             here = (table[(table["test_set"] == test_set) & (table["subset"] == subset)]
                     if not table.empty else table)
             counts = _draw_panel(ax, here, group) if not here.empty else {}
@@ -146,8 +152,7 @@ def curves_figure(figure: Figure, scores: pd.DataFrame, stem: Path) -> list[Path
             low, high = ax.get_ylim() if counts else (0.0, 1.0)
             ax.set_ylim(min(low, -0.05), max(high, 1.05))  # the anchors stay in view
             if not counts:
-                ax.text(0.5, 0.5, "no completed runs" if subset == "all" or group.hard
-                        else "no hard-trace panel", ha="center", va="center",
+                ax.text(0.5, 0.5, "no completed runs", ha="center", va="center",
                         transform=ax.transAxes, color="grey")
             elif row == 0:
                 ax.legend(fontsize=6, loc="best")
