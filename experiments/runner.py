@@ -17,7 +17,7 @@ a sweep axis and the number of seeds is a property of the profile:
 - ``quick``: the ``<name>_quick`` experiment configs (smaller budgets), seeds 0-4.
 
 In both, a group of the catalog whose effect is small asks for more seeds (``Group.seeds``:
-Fig. 9's S2 and S3 train seeds 0-9); ``--seeds N`` replaces every count.
+Fig. 9's PPO S2, PPO S3 and DQN S3 train seeds 0-9); ``--seeds N`` replaces every count.
 
 Figures that share runs share jobs: fig10 draws fig9's plume_dynamic runs, fig8 reuses fig9's
 majority_fast runs of uniform / plume_static / plume_dynamic and trains only trace_error.
@@ -634,7 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", choices=PROFILES, default="quick",
                         help="quick: <exp>_quick configs, 5 seeds (default); paper: the "
                              "reference's budget (4e6 env steps, every 5%%), 5 seeds; both "
-                             "10 where an effect is small (fig9 S2, S3)")
+                             "10 where an effect is small (fig9: PPO S2, S3; DQN S3)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="hydra/launcher=joblib|submitit_local|submitit_slurm|ray and "
                              "hydra.launcher.* keys choose how the jobs run (conf/hydra/"
