@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.catalog import Figure, Group
+from plume.report.figures import save_figure
 
 RunRoles = Mapping[Path, tuple[str, str]]
 """A completed run directory -> (its group's key, its curve label or controller name)."""
@@ -32,13 +33,6 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def save(fig, stem: Path) -> list[Path]:
-    """``stem``.png and ``stem``.pdf (``plume.report.figures.save_figure``)."""
-    from plume.report.figures import save_figure
-
-    return save_figure(fig, stem)
 
 
 STYLES = ("-", "--", "-.", ":")
@@ -160,7 +154,7 @@ def curves_figure(figure: Figure, scores: pd.DataFrame, stem: Path) -> list[Path
                  "anchor); mean over seeds, 95 % Student-t band over seeds (none below 5); "
                  f"{runs} learned runs", fontsize=9)
     fig.tight_layout()
-    return save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def report_grouping(group: Group, roles: RunRoles) -> tuple[str, str]:

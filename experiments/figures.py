@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.catalog import DATASET_LABELS
-from experiments.curves import mean_and_ci, pyplot, save
+from experiments.curves import mean_and_ci, pyplot
+from plume.report.figures import save_figure
 
 KIND_ORDER = ("fast_low-var", "fast_high-var", "slow_low-var", "slow_high-var")
 KIND_LABELS = {
@@ -144,7 +145,7 @@ def weights_figure(runs: Sequence[RunInfo], datasets: Sequence[str], stem: Path)
                  f"mean over seeds, 95 % Student-t band (none below 5); n = {used} runs",
                  fontsize=10)
     fig.tight_layout()
-    return save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def weights_summary(runs: Sequence[RunInfo], datasets: Sequence[str]) -> str:
@@ -228,7 +229,7 @@ def composition_figure(stem: Path) -> tuple[list[Path], pd.DataFrame]:
     axes[2].legend(fontsize=7)
     fig.suptitle("TraceBench datasets: two-state Markov traces of four kinds", fontsize=11)
     fig.tight_layout()
-    return save(fig, stem), table
+    return save_figure(fig, stem), table
 
 
 def example_traces_figure(stem: Path, per_kind: int = 3, dataset: str = "balanced") -> list[Path]:
@@ -251,7 +252,7 @@ def example_traces_figure(stem: Path, per_kind: int = 3, dataset: str = "balance
     fig.suptitle(f"Example TraceBench traces ({DATASET_LABELS.get(dataset, dataset)}, train; "
                  f"first {per_kind} of each kind)", fontsize=11)
     fig.tight_layout()
-    return save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def analysis_settings():
@@ -307,7 +308,7 @@ def clusters_figure(stem: Path, cache_dir: Path, settings=None) -> tuple[list[Pa
     fig.suptitle("Plume stages 1-2 on each TraceBench training split (ground truth never used)",
                  fontsize=11)
     fig.tight_layout()
-    return save(fig, stem), analyses
+    return save_figure(fig, stem), analyses
 
 
 def _short(feature: str) -> str:
