@@ -6,7 +6,7 @@ and number of copies (TraceBench, trained on ``balanced``, one CPU thread, one p
 
 For each algorithm, "ours" is the preset as configured and "ours, fast" adds the optional
 speed settings (PPO: bf16 autocast of the update + fused Adam + torch.compile of the update's
-forward pass; A2C: bf16 + compile; DQN: fused Adam; compiling DQN's networks gave nothing). Speed: env steps/s of the whole training loop, after a warm-up, for ours, ours fast,
+forward pass; A2C: bf16 + compile + the critic's values taken from the update's forward pass; DQN: fused Adam; compiling DQN's networks gave nothing). Speed: env steps/s of the whole training loop, after a warm-up, for ours, ours fast,
 SB3 through ``plume.envs.sb3.PlumeVecEnv`` over the same batched env, and SB3 the ordinary way
 over ``DummyVecEnv`` of single-copy views sharing one sampler; ratios are against ours fast.
 Score (with ``--seeds`` > 0): each trains ``--steps`` env steps on every seed, then plays the
@@ -66,7 +66,8 @@ def ours_config(algo: str, fast: bool = False, dqn_train_freq: int = 1):
                         compile_update=True) if fast else config)
     if algo == "a2c":
         config = preset("a2c", A2CConfig)
-        return replace(config, update_precision="bfloat16", compile_update=True) if fast else config
+        return (replace(config, update_precision="bfloat16", compile_update=True,
+                        critic_in_update=True) if fast else config)
     return DQNConfig(fused_optimizer=fast, learning_rate=1e-4, adam_eps=1e-8, buffer_size=100_000, batch_size=32,
                      learning_starts=1_000, gamma=0.975, n_step=1, train_freq=dqn_train_freq,
                      gradient_steps=1, target_update_interval=1_000, tau=1.0, double_q=False,

@@ -115,9 +115,11 @@ class _CueEnv(gym.vector.VectorEnv):
                 done, np.zeros(2, dtype=bool), infos)
 
 
-def test_a2c_takes_one_step_on_the_hand_written_loss():
+@pytest.mark.parametrize("critic_in_update", [False, True])
+def test_a2c_takes_one_step_on_the_hand_written_loss(critic_in_update):
     agent = A2C(_CueEnv(), A2CConfig(n_steps=6, hidden_sizes=(4,), vf_coef=0.25,
-                                     ent_coef=0.1, optimizer="adam", learning_rate=0.01),
+                                     ent_coef=0.1, optimizer="adam", learning_rate=0.01,
+                                     critic_in_update=critic_in_update),
                 seed=0, total_env_steps=12)
     agent.rollouts.start()
     rollout = agent.collect_rollout()
@@ -138,6 +140,37 @@ def test_a2c_takes_one_step_on_the_hand_written_loss():
     gamma = agent.config.gamma
     expected = rewards[0] + gamma * rewards[1] + gamma**2 * rewards[2]
     assert rollout.returns[0].item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_a2c_with_the_critic_in_the_update_takes_the_same_steps_with_one_critic_pass():
+    """critic_in_update: V(s_t) from the update's forward pass over the whole rollout, on a
+    NEXT_STEP env (CartPole; reset steps masked); the same actions, values and parameters as
+    running the critic at every step, and the critic runs once per rollout, not per step."""
+    config = A2CConfig(n_steps=32, hidden_sizes=(16, 16), ent_coef=0.01)
+    agents, critic_calls = {}, {}
+    for on in (False, True):
+        env = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync")
+        env.reset(seed=3)
+        agent = agents[on] = A2C(env, A2CConfig(**{**vars(config), "critic_in_update": on}),
+                                 seed=0, total_env_steps=4 * 32 * 4)
+        calls = critic_calls[on] = []
+        agent.policy.critic.register_forward_hook(lambda *_, calls=calls: calls.append(1))
+    records = {on: agent.learn(4 * 32 * 4) for on, agent in agents.items()}
+    assert [r["charts/episodes"] for r in records[True]] == \
+        [r["charts/episodes"] for r in records[False]] and records[True][0]["charts/episodes"]
+    for before, after in zip(records[False], records[True]):
+        for key in ("losses/policy_loss", "losses/value_loss", "losses/entropy",
+                    "losses/explained_variance"):
+            assert after[key] == pytest.approx(before[key], rel=1e-4, abs=1e-6)
+    for p, q in zip(agents[False].policy.parameters(), agents[True].policy.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+    rollouts = {on: agent.rollouts for on, agent in agents.items()}
+    torch.testing.assert_close(rollouts[True].values, rollouts[False].values, rtol=1e-5,
+                               atol=1e-5)
+    torch.testing.assert_close(rollouts[True].actions, rollouts[False].actions)
+    # per update: the acting steps + V(s_T) + the update's pass, or V(s_T) + the end-of-rollout
+    # pass (CartPole truncates no episode this early, so no bootstrap passes)
+    assert (len(critic_calls[False]), len(critic_calls[True])) == (4 * (32 + 2), 4 * 2)
 
 
 def test_the_learner_signal_is_each_rollouts_advantages_once():

@@ -75,6 +75,12 @@ def test_every_algorithm_and_sampler_resumes_exactly(algo, sampler, compose_cfg,
     assert [r["from_env_steps"] for r in run.status()["resumes"]] == [1024, 2048]
 
 
+def test_a2c_with_the_critic_in_the_update_resumes_exactly(compose_cfg, tmp_path, monkeypatch):
+    cfg = compose_cfg(*SHORT, "algo=a2c", *ALGO_SHRINK["a2c"], "algo.critic_in_update=true",
+                      "sampler=plr")
+    _assert_resume_is_exact(cfg, tmp_path, monkeypatch, kills=[200])
+
+
 @pytest.mark.parametrize("env", ["abr", "cc", "lb"])
 def test_every_environment_resumes_exactly_with_its_default_learner(env, compose_cfg,
                                                                      tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from plume.agents.base import check_real, fail_field
+from plume.agents.base import check_bool, check_real, fail_field
 from plume.agents.on_policy import (
     ActorCriticAlgorithm,
     ActorCriticConfig,
@@ -56,6 +56,12 @@ class A2CConfig(ActorCriticConfig):
     """RMSprop smoothing constant."""
     optimizer_eps: float = 1e-5
     """Epsilon of RMSprop or Adam."""
+    critic_in_update: bool = False
+    """Take V(s_t) from the update's forward pass, run once over the rollout as it ends,
+    instead of running the critic at every acting step: the same values, because A2C's one
+    gradient step uses the parameters that acted, for one critic pass less per sample. Off by
+    default so earlier runs stay bit-identical (a batch of the whole rollout rounds
+    differently from batches of one step)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -65,6 +71,7 @@ class A2CConfig(ActorCriticConfig):
             fail_field(self, "rms_alpha", "in [0, 1)")
         if not check_real(self, "optimizer_eps") > 0:
             fail_field(self, "optimizer_eps", "> 0")
+        check_bool(self, "critic_in_update")
         if self.fused_optimizer and self.optimizer != "adam":
             fail_field(self, "fused_optimizer", "false unless optimizer=adam (torch fuses Adam)")
 
@@ -82,13 +89,20 @@ class A2C(ActorCriticAlgorithm):
         return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.optimizer_eps,
                                 fused=cfg.fused_optimizer or None)
 
+    def rollout_forward(self):
+        return self.evaluate_actions if self.config.critic_in_update else None
+
     def update(self, rollout: Rollout, learning_rate: float, ent_coef: float) -> dict[str, float]:
         """One gradient step on the whole rollout (its training samples)."""
         cfg = self.config
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         idx = rollout.valid
-        log_prob, entropy, value = self.evaluate_actions(rollout.obs[idx], rollout.actions[idx])
+        if rollout.forward is not None:
+            log_prob, entropy, value = (x[idx] for x in rollout.forward)
+        else:
+            log_prob, entropy, value = self.evaluate_actions(rollout.obs[idx],
+                                                             rollout.actions[idx])
         adv = rollout.advantages[idx]
         if cfg.norm_adv and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)

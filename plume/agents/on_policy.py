@@ -239,6 +239,9 @@ class Rollout:
     rewards: np.ndarray  # (n_steps, num_envs) rewards incl. truncation bootstrap
     dones: np.ndarray  # (n_steps, num_envs) terminated | truncated
     episode_metrics: dict[str, float]  # charts/* entries for the episodes that ended
+    forward: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    """``(log_prob, entropy, value)`` of every sample with their autograd graph, when the
+    update's forward pass ran as the rollout ended (see :meth:`RolloutBuffer.collect`)."""
 
 
 def explained_variance(rollout: Rollout) -> float:
@@ -292,27 +295,37 @@ class RolloutBuffer:
             self.episodes.restart()
 
     @torch.no_grad()
-    def collect(self, gamma: float, gae_lambda: float, generator: torch.Generator) -> Rollout:
-        """Step the env ``n_steps`` times with the current policy; compute GAE."""
+    def collect(self, gamma: float, gae_lambda: float, generator: torch.Generator,
+                forward=None) -> Rollout:
+        """Step the env ``n_steps`` times with the current policy; compute GAE.
+
+        ``forward``: None, or the update's ``forward(obs, actions) -> (log_prob, entropy,
+        value)`` for an algorithm whose one gradient step uses the parameters that acted
+        (A2C). Then the critic does not run at every step: ``forward`` runs once over the
+        whole rollout, with gradients, its values give GAE, and its outputs travel in
+        :attr:`Rollout.forward` for the update to reuse.
+        """
         if self.current_obs is None:
             raise RuntimeError("call learn() (or start()) before collecting a rollout")
         next_step_mode = self.autoreset_mode is AutoresetMode.NEXT_STEP
         for t in range(self.n_steps):
             valid = ~self._reset_step_next
             self.valid[t] = valid
-            reward, done, infos = self._step(t, gamma, generator)
+            reward, done, infos = self._step(t, gamma, generator, with_critic=forward is None)
             self.episodes.step(reward, valid, done, infos)
             if next_step_mode:
                 self._reset_step_next = done
-        return self._finish(gamma, gae_lambda)
+        return self._finish(gamma, gae_lambda, forward)
 
-    def _step(self, t: int, gamma: float, generator: torch.Generator):
+    def _step(self, t: int, gamma: float, generator: torch.Generator, with_critic: bool):
         obs_t = self.obs[t]
         obs_t.copy_(torch.from_numpy(np.asarray(self.current_obs)))
-        actions, log_prob, value = self.policy.act(obs_t, generator=generator)
+        if with_critic:
+            actions, log_prob, self.values[t] = self.policy.act(obs_t, generator=generator)
+        else:
+            actions, log_prob = self.policy.sample_actions(obs_t, generator=generator)
         self.actions[t] = actions
         self.log_probs[t] = log_prob
-        self.values[t] = value
         next_obs, reward, terminated, truncated, infos = self.env.step(
             self.policy.to_env(actions).cpu().numpy()
         )
@@ -331,8 +344,16 @@ class RolloutBuffer:
         self.current_obs = next_obs
         return reward, done, infos
 
-    def _finish(self, gamma: float, gae_lambda: float) -> Rollout:
+    def _finish(self, gamma: float, gae_lambda: float, forward) -> Rollout:
         """GAE over the rollout (V(s_T) bootstraps the unfinished episodes) and its metrics."""
+        B = self.n_steps * self.num_envs
+        obs = self.obs.reshape(B, -1)
+        actions = self.actions.reshape((B,) + self.actions.shape[2:])
+        outputs = None
+        if forward is not None:
+            with torch.enable_grad():
+                outputs = forward(obs, actions)
+            self.values.copy_(outputs[2].detach().reshape(self.values.shape))
         last_value = self.policy.value(
             torch.as_tensor(np.asarray(self.current_obs), dtype=torch.float32, device=self.device)
         )
@@ -342,11 +363,10 @@ class RolloutBuffer:
         advantages, returns = compute_gae(
             rewards, self.values, next_values, dones, gamma, gae_lambda
         )
-        B = self.n_steps * self.num_envs
         valid_idx = torch.from_numpy(np.flatnonzero(self.valid.reshape(-1))).to(self.device)
         return Rollout(
-            obs=self.obs.reshape(B, -1),
-            actions=self.actions.reshape((B,) + self.actions.shape[2:]),
+            obs=obs,
+            actions=actions,
             log_probs=self.log_probs.reshape(B),
             values=self.values.reshape(B),
             advantages=advantages.reshape(B),
@@ -355,6 +375,7 @@ class RolloutBuffer:
             rewards=self.rewards.copy(),
             dones=self.dones.copy(),
             episode_metrics=self.episodes.take(),
+            forward=outputs,
         )
 
 
@@ -415,10 +436,16 @@ class ActorCriticAlgorithm(Algorithm):
     def update(self, rollout: Rollout, learning_rate: float, ent_coef: float) -> dict[str, float]:
         """Gradient step(s) on one rollout; returns its ``losses/*`` metrics."""
 
+    def rollout_forward(self):
+        """None, or the update's forward pass to run as each rollout ends (see
+        :meth:`RolloutBuffer.collect`); only for one gradient step per rollout."""
+        return None
+
     def collect_rollout(self) -> Rollout:
         """One rollout with the current policy (its advantages join the learner signal)."""
         cfg = self.config
-        rollout = self.rollouts.collect(cfg.gamma, cfg.gae_lambda, self.generator)
+        rollout = self.rollouts.collect(cfg.gamma, cfg.gae_lambda, self.generator,
+                                        self.rollout_forward())
         self.env_steps += self.batch_size
         if self.track_learner_signal:
             self._signal.append(rollout.advantages.reshape(cfg.n_steps, -1).cpu().numpy()
