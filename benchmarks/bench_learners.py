@@ -1,15 +1,21 @@
 """Our PPO, A2C and DQN against Stable-Baselines3's, on the same env, hyperparameters, network
 and number of copies (TraceBench, trained on ``balanced``, one CPU thread, one process).
 
-    python benchmarks/bench_learners.py [--envs 64] [--speed-steps 40000] [--steps 200000]
-                                        [--seeds 5] [--algos ppo a2c dqn]
+    python benchmarks/bench_learners.py [--envs 64] [--speed-steps 40000] [--repeats 3]
+                                        [--steps 200000] [--dqn-steps 1000000] [--seeds 5]
+                                        [--algos ppo a2c dqn] [--device cpu]
 
 For each algorithm, "ours" is the preset as configured and "ours, fast" adds the optional
 speed settings (PPO: bf16 autocast of the update + fused Adam + torch.compile of the update's
-forward pass; A2C: bf16 + compile + the critic's values taken from the update's forward pass; DQN: fused Adam; compiling DQN's networks gave nothing). Speed: env steps/s of the whole training loop, after a warm-up, for ours, ours fast,
-SB3 through ``plume.envs.sb3.PlumeVecEnv`` over the same batched env, and SB3 the ordinary way
-over ``DummyVecEnv`` of single-copy views sharing one sampler; ratios are against ours fast.
-Score (with ``--seeds`` > 0): each trains ``--steps`` env steps on every seed, then plays the
+forward pass; A2C: bf16 + compile + ``critic_in_update``, the rollout's values taken from the
+update's forward pass; DQN: fused Adam; compiling DQN's networks gave nothing). Speed: env
+steps/s of the whole training loop, after a warm-up, for ours, ours fast, SB3 through
+``plume.envs.sb3.PlumeVecEnv`` over the same batched env, and SB3 the ordinary way over
+``DummyVecEnv`` of single-copy views sharing one sampler; the median of ``--repeats`` rounds
+in which the four take turns; ratios are against ours fast.
+Score (with ``--seeds`` > 0): each trains ``--steps`` env steps (DQN: ``--dqn-steps``, 1M by
+default: with 64 copies and one gradient step per vector step, 200k steps are 3,125 gradient
+steps, after which every DQN still plays the always-highest policy) on every seed, then plays the
 three TraceBench test sets greedily (``evaluate_policy``); printed: mean test QoE per chunk
 over the three sets with a 95 % Student-t interval over seeds (``balanced`` is used for
 training because on ``majority_fast`` every learner sits at the always-highest policy for the
@@ -53,10 +59,11 @@ def preset(name: str, config_class):
     return config_class(**values)
 
 
-def configs(algo: str, dqn_train_freq: int = 1) -> dict[str, object]:
-    """``{"ours": preset, "ours_fast": preset + the optional speed settings}``."""
-    return {"ours": ours_config(algo, False, dqn_train_freq),
-            "ours_fast": ours_config(algo, True, dqn_train_freq)}
+def configs(algo: str, dqn_train_freq: int = 1, device: str = "cpu") -> dict[str, object]:
+    """``{"ours": preset, "ours_fast": preset + the optional speed settings}`` on ``device``
+    (SB3's models take the same device)."""
+    return {"ours": replace(ours_config(algo, False, dqn_train_freq), device=device),
+            "ours_fast": replace(ours_config(algo, True, dqn_train_freq), device=device)}
 
 
 def ours_config(algo: str, fast: bool = False, dqn_train_freq: int = 1):
@@ -94,7 +101,7 @@ def sb3_model(algo: str, venv, config, seed: int, total: int):
                       "gae_lambda": config.gae_lambda, "ent_coef": config.ent_coef,
                       "vf_coef": config.vf_coef, "max_grad_norm": config.max_grad_norm,
                       "normalize_advantage": config.norm_adv, "policy_kwargs": kwargs, "seed": seed,
-                      "device": "cpu"}
+                      "device": config.device}
         if algo == "ppo":
             batch = config.n_steps * venv.num_envs // config.n_minibatches
             return sb3.PPO("MlpPolicy", venv, batch_size=batch, n_epochs=config.n_epochs,
@@ -113,7 +120,7 @@ def sb3_model(algo: str, venv, config, seed: int, total: int):
                    exploration_fraction=config.eps_decay_steps / total,
                    exploration_initial_eps=config.eps_start,
                    exploration_final_eps=config.eps_end, max_grad_norm=config.max_grad_norm,
-                   policy_kwargs=kwargs, seed=seed, device="cpu")
+                   policy_kwargs=kwargs, seed=seed, device=config.device)
 
 
 def ours(algo: str, config, traces, n_envs: int, seed: int, total: int):
@@ -122,39 +129,46 @@ def ours(algo: str, config, traces, n_envs: int, seed: int, total: int):
     return cls(batched_env(traces, n_envs, seed), config, seed=seed, total_env_steps=total)
 
 
-def timed_steps_per_s(train, warmup: int, steps: int) -> float:
-    """Env steps/s of ``train(until)`` from ``warmup`` to ``warmup + steps``."""
-    train(warmup)
-    start = time.perf_counter()
-    train(warmup + steps)
-    return steps / (time.perf_counter() - start)
+def steps_per_s(train, steps_done, steps: int) -> float:
+    """Env steps/s of ``train(steps)`` (train at least ``steps`` more env steps), counting
+    the steps ``steps_done()`` says were taken (learners stop at whole rollouts)."""
+    before, start = steps_done(), time.perf_counter()
+    train(steps)
+    return (steps_done() - before) / (time.perf_counter() - start)
 
 
-def speed(algo: str, ours_configs, traces, n_envs: int, steps: int) -> dict[str, float]:
+def speed(algo: str, ours_configs, traces, n_envs: int, steps: int,
+          repeats: int) -> dict[str, float]:
+    """Median env steps/s of each trainer over ``repeats`` rounds, the trainers interleaved in
+    every round (so a slow moment of the machine hits one round, not one trainer)."""
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from plume.envs.sb3 import PlumeVecEnv
 
     config = ours_configs["ours"]
     warmup = steps // 4 if algo != "dqn" else max(steps // 4, config.learning_starts * 2)
-    total = warmup + steps
-    result = {}
+    total = warmup + steps * repeats
+    trainers = {}  # name: (train(more_steps), steps_done(), timed steps per round)
     for name, config_ in ours_configs.items():
         agent = ours(algo, config_, traces, n_envs, 0, total)
-        result[name] = timed_steps_per_s(agent.learn, warmup, steps)
+        trainers[name] = (lambda n, a=agent: a.learn(a.env_steps + n),
+                          lambda a=agent: a.env_steps, steps)
     adapter = sb3_model(algo, PlumeVecEnv(batched_env(traces, n_envs, 0)), config, 0, total)
-    result["sb3_adapter"] = timed_steps_per_s(
-        lambda until: adapter.learn(until - adapter.num_timesteps, reset_num_timesteps=False),
-        warmup, steps)
     sampler = UniformSampler(len(traces), np.random.default_rng(0))
     dummy_env = DummyVecEnv([
         (lambda i=i: SPEC.single(traces, sampler, mode="train", seed=i, params=SPEC.params()))
         for i in range(n_envs)])
     dummy = sb3_model(algo, dummy_env, config, 0, total)
-    result["sb3_dummy"] = timed_steps_per_s(
-        lambda until: dummy.learn(until - dummy.num_timesteps, reset_num_timesteps=False),
-        warmup, steps // 4)
-    return result
+    for name, model, timed in (("sb3_adapter", adapter, steps), ("sb3_dummy", dummy, steps // 4)):
+        trainers[name] = (lambda n, m=model: m.learn(n, reset_num_timesteps=False),
+                          lambda m=model: m.num_timesteps, timed)
+    for train, _, _ in trainers.values():
+        train(warmup)
+    rates: dict[str, list[float]] = {name: [] for name in trainers}
+    for _ in range(repeats):
+        for name, (train, steps_done, timed) in trainers.items():
+            rates[name].append(steps_per_s(train, steps_done, timed))
+    return {name: float(np.median(r)) for name, r in rates.items()}
 
 
 def test_score(policy, test_sets) -> float:
@@ -191,7 +205,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=64, help="environment copies")
     parser.add_argument("--speed-steps", type=int, default=40_000, help="timed env steps")
+    parser.add_argument("--device", default="cpu", help="torch device of both sides' networks")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timing rounds (the median is printed)")
     parser.add_argument("--steps", type=int, default=200_000, help="budget per scored run")
+    parser.add_argument("--dqn-steps", type=int, default=1_000_000,
+                        help="budget per scored DQN run")
     parser.add_argument("--seeds", type=int, default=5, help="seeds per side (0: speed only)")
     parser.add_argument("--algos", nargs="+", default=["ppo", "a2c", "dqn"])
     parser.add_argument("--dqn-train-freq", type=int, default=1,
@@ -203,20 +222,20 @@ def main() -> None:
     traces = SPEC.load_builtin("balanced", "train")
     test_sets = {name: SPEC.load_builtin(name, "test") for name in TEST_SETS}
     print(f"torch {torch.__version__}, SB3 {stable_baselines3.__version__}, one thread, "
-          f"TraceBench balanced ({len(traces)} train traces), N = {args.envs} copies")
+          f"TraceBench balanced ({len(traces)} train traces), N = {args.envs} copies, device {args.device}")
     for algo in args.algos:
-        ours_configs = configs(algo, args.dqn_train_freq)
+        ours_configs = configs(algo, args.dqn_train_freq, args.device)
         print(f"\n{algo}: {ours_configs['ours']}", flush=True)
-        r = speed(algo, ours_configs, traces, args.envs, args.speed_steps)
+        r = speed(algo, ours_configs, traces, args.envs, args.speed_steps, args.repeats)
         fast = r["ours_fast"]
         print(f"  env steps/s: ours {r['ours']:,.0f} | ours, fast {fast:,.0f} | SB3 via "
               f"PlumeVecEnv {r['sb3_adapter']:,.0f} (ours fast x{fast / r['sb3_adapter']:.2f}, "
               f"ours x{r['ours'] / r['sb3_adapter']:.2f}) | SB3 over DummyVecEnv "
               f"{r['sb3_dummy']:,.0f} (ours fast x{fast / r['sb3_dummy']:.2f})", flush=True)
         if args.seeds:
-            got = scores(algo, ours_configs, traces, test_sets, args.envs, args.steps,
-                         args.seeds)
-            print(f"  test QoE/chunk after {args.steps:,} steps, {args.seeds} seeds, mean "
+            budget = args.dqn_steps if algo == "dqn" else args.steps
+            got = scores(algo, ours_configs, traces, test_sets, args.envs, budget, args.seeds)
+            print(f"  test QoE/chunk after {budget:,} steps, {args.seeds} seeds, mean "
                   f"[95 % t-interval]: ours {t_interval(got['ours'])} | ours, fast "
                   f"{t_interval(got['ours_fast'])} | SB3 {t_interval(got['sb3'])}", flush=True)
 

@@ -287,6 +287,23 @@ def test_a_cuda_device_without_cuda_is_refused_at_validation(compose_cfg, algo):
         validate(compose_cfg(f"algo={algo}", "algo.device=cuda"))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("algo,extra", [("ppo", []), ("a2c", []),
+                                        ("a2c", ["algo.critic_in_update=true"]),
+                                        ("dqn", []), ("dqn", ["algo.per=true"])])
+def test_every_algorithm_trains_on_cuda_with_plr(compose_cfg, tmp_path, algo, extra):
+    """``algo.device=cuda`` through the harness: training, the learner signal, evaluation and
+    the checkpoint (its model tensors are saved from the GPU)."""
+    run_job(compose_cfg(*_tiny(tmp_path, algo, "sampler=plr", "algo.device=cuda", *extra)),
+            tmp_path / "run")
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "completed" and status["summary"]["env_steps"] >= 2048
+    assert pd.read_parquet(tmp_path / "run" / "eval.parquet")["score"].notna().all()
+    agent = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["agent"]
+    weights = agent["q_network" if algo == "dqn" else "model"]
+    assert {t.device.type for t in weights.values()} == {"cuda"}
+
+
 @pytest.mark.slow
 def test_a_compiled_update_computes_what_the_eager_one_does():
     """``compile_update`` changes speed, not the update: same losses on the same rollout."""

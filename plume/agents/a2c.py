@@ -13,7 +13,10 @@ give GAE. Defaults are Stable-Baselines3's A2C (the library the paper used): RMS
 squared error (no 1/2). Rollout collection, GAE, schedules (learning rate, entropy annealing as
 the paper's 5.75 -> 0.0025), acting and state are shared with PPO in
 :mod:`plume.agents.on_policy`, whose docstring documents the environment contract and the
-common metrics. Metrics of an update: ``losses/policy_loss``, ``losses/value_loss``,
+common metrics. Because the one gradient step uses the parameters that acted,
+``critic_in_update`` can take the rollout's values V(s_t) from the update's own forward pass
+(run as the rollout ends) instead of running the critic at every acting step. Metrics of an
+update: ``losses/policy_loss``, ``losses/value_loss``,
 ``losses/entropy``, ``losses/grad_norm`` (before clipping).
 """
 
@@ -58,10 +61,11 @@ class A2CConfig(ActorCriticConfig):
     """Epsilon of RMSprop or Adam."""
     critic_in_update: bool = False
     """Take V(s_t) from the update's forward pass, run once over the rollout as it ends,
-    instead of running the critic at every acting step: the same values, because A2C's one
-    gradient step uses the parameters that acted, for one critic pass less per sample. Off by
-    default so earlier runs stay bit-identical (a batch of the whole rollout rounds
-    differently from batches of one step)."""
+    instead of running the critic at every acting step: the same values up to rounding (with
+    ``update_precision=bfloat16``, those of the bf16 pass), because A2C's one gradient step
+    uses the parameters that acted, for one critic pass less per sample. Off by default so
+    earlier runs stay bit-identical (a batch of the whole rollout rounds differently from
+    batches of one step)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
