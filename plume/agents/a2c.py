@@ -16,8 +16,8 @@ the paper's 5.75 -> 0.0025), acting and state are shared with PPO in
 common metrics. Because the one gradient step uses the parameters that acted,
 ``critic_in_update`` can take the rollout's values V(s_t) from the update's own forward pass
 (run as the rollout ends) instead of running the critic at every acting step. Metrics of an
-update: ``losses/policy_loss``, ``losses/value_loss``,
-``losses/entropy``, ``losses/grad_norm`` (before clipping).
+update: ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
+``losses/grad_norm`` (before clipping).
 """
 
 from __future__ import annotations
