@@ -222,7 +222,8 @@ def main() -> None:
     traces = SPEC.load_builtin("balanced", "train")
     test_sets = {name: SPEC.load_builtin(name, "test") for name in TEST_SETS}
     print(f"torch {torch.__version__}, SB3 {stable_baselines3.__version__}, one thread, "
-          f"TraceBench balanced ({len(traces)} train traces), N = {args.envs} copies, device {args.device}")
+          f"TraceBench balanced ({len(traces)} train traces), N = {args.envs} copies, "
+          f"device {args.device}")
     for algo in args.algos:
         ours_configs = configs(algo, args.dqn_train_freq, args.device)
         print(f"\n{algo}: {ours_configs['ours']}", flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -151,7 +152,7 @@ def test_a2c_with_the_critic_in_the_update_takes_the_same_steps_with_one_critic_
     for on in (False, True):
         env = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync")
         env.reset(seed=3)
-        agent = agents[on] = A2C(env, A2CConfig(**{**vars(config), "critic_in_update": on}),
+        agent = agents[on] = A2C(env, replace(config, critic_in_update=on),
                                  seed=0, total_env_steps=4 * 32 * 4)
         calls = critic_calls[on] = []
         agent.policy.critic.register_forward_hook(lambda *_, calls=calls: calls.append(1))
