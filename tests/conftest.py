@@ -1,10 +1,45 @@
-"""Shared fixtures: compose the real Hydra config and shrink it for tests."""
+"""Shared fixtures: compose the real Hydra config and shrink it for tests.
+
+The floating-point path is pinned here, before numpy or torch is imported, so that the tests
+that compare runs bit for bit with recorded references (and the learning tests' fixed seeds)
+give the same numbers on every x86-64 machine with AVX2, whatever else it has: numpy, torch
+(ATen), oneDNN and MKL each pick their kernels by the CPU they find, and an AVX-512 kernel of
+``np.log`` or an Intel-only MKL path rounds differently from the AVX2 one (a reference
+recorded on an AVX-512 Xeon failed on an AVX2 EPYC). ``PLUME_TEST_FP`` chooses the setting
+(``avx2``, the default, or ``baseline``: SSE4.2-level kernels); one thread everywhere.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
+
+# numpy names its dispatch targets X86_V3/X86_V4 from 2.4 on, AVX512F/AVX512_SKX... before;
+# unknown names are ignored, so both spellings are listed.
+_NUMPY_AVX512 = ("X86_V4 AVX512F AVX512CD AVX512_KNL AVX512_KNM AVX512_SKX AVX512_CLX "
+                 "AVX512_CNL AVX512_ICL AVX512_SPR")
+FP_SETTINGS = {
+    "avx2": {"NPY_DISABLE_CPU_FEATURES": _NUMPY_AVX512, "ATEN_CPU_CAPABILITY": "avx2",
+             "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"},
+    "baseline": {"NPY_DISABLE_CPU_FEATURES": f"X86_V3 AVX2 FMA3 AVX F16C {_NUMPY_AVX512}",
+                 "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                 "MKL_CBWR": "COMPATIBLE"},
+}
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def fp_environment(setting: str) -> dict[str, str]:
+    """The variables that pin the floating-point path ``setting`` (one of FP_SETTINGS)."""
+    return {**FP_SETTINGS[setting], **ONE_THREAD}
+
+
+_PINNED = fp_environment(os.environ.get("PLUME_TEST_FP", "avx2"))
+if any(os.environ.get(k) != v for k, v in _PINNED.items()):  # imported as tests.conftest too
+    if "numpy" in sys.modules or "torch" in sys.modules:  # too late to pin: say so, loudly
+        raise RuntimeError("tests/conftest.py must be imported before numpy and torch")
+    os.environ.update(_PINNED)
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -71,6 +106,4 @@ def conf_options(group: str) -> list[str]:
 
 def plume_train_env() -> dict[str, str]:
     """Environment for plume-train subprocesses: one thread, no network for W&B."""
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", WANDB_SILENT="true")
-    return env
+    return {**os.environ, **ONE_THREAD, "WANDB_SILENT": "true"}

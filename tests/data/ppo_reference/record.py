@@ -2,16 +2,19 @@
 
     PYTHONPATH=. python tests/data/ppo_reference/record.py
 
+under the floating-point path tests/conftest.py pins (PLUME_TEST_FP=avx2).
+
 plr/: PPO + PLR (value_l1 scores from the advantages) on TraceBench majority_fast, seed 5.
 abr/: PPO (ppo_abr preset) + uniform on a 12-trace slice of puffer_synthetic, seed 2.
 """
 import tempfile
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from tests.conftest import CONF_DIR, TINY  # first: it pins the floating-point path
 
-import plume.harness.train as T
-from tests.conftest import CONF_DIR, TINY
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+import plume.harness.train as T  # noqa: E402
 
 HERE = Path(__file__).parent
 JOBS = {

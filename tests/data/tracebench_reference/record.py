@@ -4,9 +4,9 @@
 """
 import sys
 from pathlib import Path
+from tests.conftest import TINY, CONF_DIR  # first: it pins the floating-point path
 from hydra import compose, initialize_config_dir
 import plume.harness.train as T
-from tests.conftest import TINY, CONF_DIR
 out = Path(sys.argv[1])
 with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
     cfg = compose("train", overrides=TINY + [
