@@ -150,7 +150,7 @@ def test_a_snapshot_keeps_views_as_views_and_refers_to_the_traces():
     traces = load_tracebench("balanced", "test").subset(range(4))
     state = _SimulatorLike(traces)
     for _ in range(2):  # a restored snapshot snapshots the same way (resumed twice)
-        state = snapshot.loads(snapshot.dumps(state, traces), traces)
+        state = snapshot.loads(snapshot.dumps({"s": state}, traces), traces, {"s": state})["s"]
         assert state.traces is traces
         state.first += 10.0
         state.flat[-1] = -1.0
@@ -158,6 +158,6 @@ def test_a_snapshot_keeps_views_as_views_and_refers_to_the_traces():
         assert state.second[-1] == -1.0
     np.testing.assert_array_equal(state.stacked, [[20.0, 21.0, 22.0], [3.0, 4.0, -1.0]])
     other = load_tracebench("balanced", "test").subset(range(3))
-    blob = snapshot.dumps(state, traces)
-    restored = snapshot.loads(blob, other)
+    blob = snapshot.dumps({"s": state}, traces)
+    restored = snapshot.loads(blob, other, {"s": state})["s"]
     assert restored.traces is other  # bound to the restarted job's traces
