@@ -228,14 +228,14 @@ def train_task(cfg):
     records one failed job and the others go on: a SystemExit would end the whole sweep."""
     from plume.harness import train
 
-    return _without_exit(train.main.__wrapped__, cfg, "plume-train")
+    return _without_exit(train.train_job, cfg, "plume-train")
 
 
 def eval_task(cfg):
     """plume-eval's job (a classic controller) as the launcher's task function."""
     from plume.harness import controllers
 
-    return _without_exit(controllers.main.__wrapped__, cfg, "plume-eval")
+    return _without_exit(controllers.eval_job, cfg, "plume-eval")
 
 
 def _without_exit(main, cfg, command: str):

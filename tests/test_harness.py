@@ -138,15 +138,18 @@ def test_same_seed_same_results_different_seed_different_results(compose_cfg, tm
         assert (tmp_path / "a" / table).read_bytes() == (tmp_path / "b" / table).read_bytes()
 
 
-def test_a_failing_job_records_why(compose_cfg, tmp_path):
-    broken = tmp_path / "broken.npz"
-    broken.write_bytes(b"not a trace set")
-    cfg = compose_cfg(*TINY, "logger=none", f"env.dataset={broken}")
-    with pytest.raises(Exception):
-        run_job(cfg, tmp_path / "run")
+def test_a_failing_job_records_why(compose_cfg, tmp_path, monkeypatch):
+    from plume.harness import train
+
+    def crash(self):  # a bug while training (bad data is refused before the run exists)
+        raise RuntimeError("a bug in training")
+
+    monkeypatch.setattr(train._Training, "run", crash)
+    with pytest.raises(RuntimeError, match="a bug in training"):
+        run_job(compose_cfg(*TINY, "logger=none"), tmp_path / "run")
     status = RunDirectory(tmp_path / "run").status()
-    assert status["state"] == "failed"
-    assert status["error"] and "Traceback" in status["traceback"]
+    assert status["state"] == "failed" and status["error"] == "RuntimeError: a bug in training"
+    assert "Traceback" in status["traceback"] and "crash" in status["traceback"]
 
 
 def test_multirun_writes_the_sweep_layout_and_skips_completed_jobs(tmp_path):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import traceback
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -203,22 +204,49 @@ def get_env(name: str, package: str | None = None) -> EnvSpec:
         raise ValueError(f"env={name!r} is not known; valid choices: {', '.join(env_names())} "
                          "(or set env.package to the module defining its SPEC)")
     spec = getattr(module, "SPEC", None)
-    if not isinstance(spec, EnvSpec) or spec.name != name:
-        raise TypeError(f"{where}.SPEC must be the EnvSpec named {name!r}")
+    if spec is None:
+        raise ValueError(f"env.package={where!r} defines no SPEC (the EnvSpec of its "
+                         "environment)")
+    if not isinstance(spec, EnvSpec):
+        raise ValueError(f"env.package={where!r}: SPEC is a {type(spec).__name__}, not an "
+                         "EnvSpec")
+    if spec.name != name:
+        raise ValueError(f"env.package={where!r}: its SPEC is named {spec.name!r}, but "
+                         f"env.name is {name!r} (set env.name={spec.name})")
     return spec
 
 
 def _import_package(package: str):
-    """Import ``package``: a ``.py`` file path (loaded once, under its file stem) or a module."""
+    """Import ``package``: a ``.py`` file path (loaded once, under its file stem) or a module.
+    A user's module is code: any error it raises while importing is reported in one line
+    naming its file and line (ImportError), and a module that failed is never kept."""
     path = Path(package).expanduser()
-    if path.suffix != ".py":
-        return importlib.import_module(package)
-    if not path.is_file():
+    if path.suffix == ".py" and not path.is_file():
         raise ImportError(f"env.package={package!r}: no such file")
-    name = f"plume_user_env_{path.stem}"
-    if name not in sys.modules:
-        loader = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[name] = module  # dataclasses and pickling look modules up by name
-        loader.loader.exec_module(module)
-    return sys.modules[name]
+    name = f"plume_user_env_{path.stem}" if path.suffix == ".py" else package
+    try:
+        if path.suffix != ".py":
+            return importlib.import_module(package)
+        if name not in sys.modules:
+            loader = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[name] = module  # dataclasses look modules up by name
+            loader.loader.exec_module(module)
+        return sys.modules[name]
+    except ModuleNotFoundError as err:
+        sys.modules.pop(name, None)
+        raise ImportError(f"env.package={package!r}: {err}") from None
+    except Exception as err:  # noqa: BLE001 (the user's module: whatever it raised)
+        sys.modules.pop(name, None)
+        raise ImportError(f"env.package={package!r} failed to import: "
+                          f"{_where_it_failed(err)}") from None
+
+
+def _where_it_failed(err: Exception) -> str:
+    """'SyntaxError: invalid syntax (env.py:12)': the error and the user's file and line."""
+    if isinstance(err, SyntaxError):
+        return f"{type(err).__name__}: {err.msg} ({err.filename}:{err.lineno})"
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not f.filename.startswith("<frozen")]
+    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(err).__name__}: {err}{where}"

@@ -16,8 +16,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from plume.harness.datasets import load_dataset
-from plume.harness.schema import ConfigError, analysis_settings, env_section
+from plume.harness.preflight import check_analyze
+from plume.harness.schema import ConfigError
 from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
 
 
@@ -36,14 +36,8 @@ def report(cfg: DictConfig, out: Path) -> str:
     from plume.analysis import adjusted_rand_index, analyze, contingency_table
     from plume.report.figures import cluster_scatter
 
-    if cfg.split not in ("train", "test"):
-        raise ConfigError(f"split must be 'train' or 'test', got {cfg.split!r}")
-    env, spec, _ = env_section(cfg.env)
-    settings = analysis_settings(cfg.analysis, spec.analysis_for(env.dataset))
-    try:
-        traces = load_dataset(spec, env.dataset, cfg.split, env.trace_format)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    _, _, settings, traces = check_analyze(cfg)
+    out.mkdir(parents=True, exist_ok=True)
     result = analyze(traces, settings, cache_dir=Path(cfg.paths.cache))
 
     lines = [

@@ -1,14 +1,15 @@
 """Hydra callbacks of the command-line apps.
 
-:class:`ValidateFirst` checks a single run's composed config before Hydra creates its output
-directory, so a rejected config leaves no run directory behind and never touches an existing
-one (a completed job typed again with a bad value stays completed). Multirun jobs are
-validated inside each job instead (their sweep values exist only there); the job then removes
-the directory Hydra had just created for it (:func:`plume.harness.rundir.discard_new`).
+:class:`ValidateFirst` checks a single run's composed config *and everything it reads* (trace
+files, test sets, an ``env.package`` module: ``plume.harness.preflight``) before Hydra creates
+its output directory, so a refused run leaves no run directory behind and never touches an
+existing one (a completed job typed again with a bad value stays completed). A sweep's jobs
+are checked by the ``plume`` sweeper before it launches them, and by each job again.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
@@ -21,17 +22,18 @@ from plume.harness.errors import ConfigError
 
 
 class ValidateFirst(Callback):
-    """Validate a ``plume-train`` run before Hydra makes its directory; a user's mistake
-    prints one line and exits with status 2 (no traceback)."""
+    """Run ``check`` (a dotted path to a function of the composed config) before Hydra makes a
+    single run's directory; a user's mistake prints one line and exits with status 2."""
 
-    def __init__(self, app: str = "plume-train") -> None:
+    def __init__(self, app: str = "plume-train",
+                 check: str = "plume.harness.preflight.check_train") -> None:
         self.app = app
+        module, _, name = check.rpartition(".")
+        self.check = getattr(importlib.import_module(module), name)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from plume.harness.schema import validate
-
         try:
-            validate(config)  # the job's sections; the hydra node is not read
+            self.check(config)  # the job's sections; the hydra node is not read
         except ConfigError as err:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":  # Hydra's switch for tracebacks
                 traceback.print_exc()

@@ -14,6 +14,7 @@ learned runs (as a reference, never pooled into their bootstrap statistics).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import traceback
@@ -22,10 +23,12 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from plume.harness import sweep
 from plume.harness.anchors import SCORE_FILE, score_description
-from plume.harness.datasets import load_test_sets
+from plume.harness.errors import JobRefused
 from plume.harness.evaluation import Evaluator, eval_scores
 from plume.harness.rundir import (
     COMPLETED,
@@ -34,6 +37,7 @@ from plume.harness.rundir import (
     RESOLVED_CONFIG,
     RUNNING,
     RunDirectory,
+    discard_unused,
 )
 from plume.harness.schema import ConfigError, env_section, resolve_env_defaults
 from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
@@ -41,13 +45,28 @@ from plume.harness.train import CONF_DIR  # also registers the plume_dirname res
 log = logging.getLogger("plume")
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")
-def main(cfg: DictConfig) -> dict[str, Any] | None:
+def main() -> None:
+    """``plume-eval``: Hydra's app over ``conf/eval.yaml``; a sweep that refused or lost jobs
+    ends with a non-zero exit status."""
+    _app()
+    sys.exit(sweep.exit_code())
+
+
+def eval_job(cfg: DictConfig) -> dict[str, Any] | None:
+    """One controller evaluation, as Hydra's task function (see ``train_job``)."""
+    hydra_cfg = HydraConfig.get()
     try:
-        return run_controller(cfg, Path(HydraConfig.get().runtime.output_dir))
+        return run_controller(cfg, Path(hydra_cfg.runtime.output_dir))
     except ConfigError as err:  # the user's mistake: one line, no traceback
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if hydra_cfg.mode != RunMode.RUN:  # a sweep's job: the sweeper prints it
+            raise JobRefused(str(err)) from None
         print(f"plume-eval: error: {err}", file=sys.stderr)
         sys.exit(2)
+
+
+_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")(eval_job)
 
 
 def check_controller(cfg: DictConfig):
@@ -62,8 +81,15 @@ def check_controller(cfg: DictConfig):
 
 
 def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """Evaluate ``cfg.controller`` on every test set of ``cfg.env``; write the run directory."""
-    env, spec, params, name = check_controller(cfg)
+    """Evaluate ``cfg.controller`` on every test set of ``cfg.env``; write the run directory
+    (checked first: a refused config leaves none)."""
+    from plume.harness.preflight import check_eval
+
+    try:
+        env, spec, params, name, test_sets = check_eval(cfg)
+    except ConfigError:
+        discard_unused(Path(run_dir))  # the folder Hydra made for a multirun job, if any
+        raise
     rundir = RunDirectory(run_dir)
     if rundir.is_completed and not cfg.get("overwrite", False):
         log.info("skipping %s: already completed (overwrite=true to evaluate it again)", run_dir)
@@ -75,7 +101,7 @@ def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
                         choices={"env": spec.name, "controller": name},
                         command=" ".join(sys.argv), error=None, traceback=None)
     try:
-        evaluator = Evaluator(spec, load_test_sets(spec, env, params), params)
+        evaluator = Evaluator(spec, test_sets, params)
         frame = evaluator.evaluate(spec.controllers[name](params), progress=1.0, env_steps=0)
         rundir.write_table(EVAL_TABLE, frame)
         rundir.write_json(SCORE_FILE, score_description(spec, params, evaluator,

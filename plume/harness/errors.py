@@ -1,6 +1,11 @@
-"""The harness's one error type for a user's mistake (config value, trace file, dataset)."""
+"""The harness's error types for a user's mistake (config value, trace file, dataset)."""
 
 
 class ConfigError(ValueError):
     """A job's configuration or data is invalid; the message names the key, file, line or
     trace and what was expected, in one line (printed without a traceback)."""
+
+
+class JobRefused(RuntimeError):
+    """A job of a sweep refused with a one-line reason (a ConfigError, a diverged learner, a
+    run directory in use): the sweeper prints it and the sweep goes on with the others."""

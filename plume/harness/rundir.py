@@ -4,7 +4,8 @@
 - ``train.jsonl``: the training curve, one JSON object per update
 - ``eval.parquet``: one row per (progress point, test set, trace)
 - ``sampler.parquet``: sampling weight per ground-truth kind / cluster over training
-- ``checkpoint.pt``: model, optimiser, sampler and RNG states
+- ``checkpoint.pt``: model, optimiser, sampler and RNG states, as data that loading can
+  never execute (``plume.harness.statefile``)
 Every file is written atomically (temporary file + rename, the temporary removed when the
 write fails), so a crash or a reader in another process never sees half a file. A torn or
 corrupt checkpoint is detected when loaded (:class:`CorruptCheckpoint`) and never trusted.
@@ -74,15 +75,43 @@ def _pid_alive(pid: int) -> bool:
 def effective_state(status: dict[str, Any] | None, now: float | None = None) -> str | None:
     """The state a reader should believe: ``running`` becomes ``interrupted`` when the job's
     process is gone (same host, pid not alive) or its heartbeat is stale."""
-    if status is None or status.get("state") != RUNNING:
-        return None if status is None else status.get("state")
-    if status.get("host") == socket.gethostname() and status.get("pid") is not None:
-        if not _pid_alive(int(status["pid"])):
+    if not isinstance(status, dict) or status.get("state") != RUNNING:
+        return status.get("state") if isinstance(status, dict) else None
+    pid, beat = _number(status.get("pid"), int), _number(status.get("heartbeat"), float)
+    if status.get("host") == socket.gethostname() and pid is not None and 0 < pid < 2**31:
+        if not _pid_alive(pid):
             return INTERRUPTED
-    beat = status.get("heartbeat")
-    if beat is not None and (now or time.time()) - float(beat) > HEARTBEAT_STALE_S:
+    if beat is not None and (now or time.time()) - beat > HEARTBEAT_STALE_S:
         return INTERRUPTED
     return RUNNING
+
+
+def _number(value: Any, kind: type) -> Any:
+    """``value`` as ``kind``, or None when a damaged status holds something else there."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return kind(value)
+    except (OverflowError, ValueError):  # inf, nan
+        return None
+
+
+def discard_unused(path: Path) -> bool:
+    """Remove ``path`` when nothing but Hydra's own files (``.hydra/``, the job log) is in it
+    and no job ever started there (a job refused inside a multirun), with the sweep folders
+    made for it if they are left empty; returns whether it was removed. A directory with a
+    status is never touched."""
+    if not path.is_dir() or (path / STATUS).exists():
+        return False
+    if any(p.name not in HYDRA_FILES and p.suffix != ".log" for p in path.iterdir()):
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    for parent in list(path.parents)[:2]:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+    return True
 
 
 class RunDirectory:
@@ -94,11 +123,18 @@ class RunDirectory:
         self._last_beat = time.time()
 
     def status(self) -> dict[str, Any] | None:
-        """The parsed ``status.json``, or None when the job never started."""
+        """The parsed ``status.json``, or None when the job never started or the file is not a
+        JSON object (damaged: nothing in it can be trusted, see :meth:`status_damaged`)."""
         try:
-            return json.loads((self.path / STATUS).read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            status = json.loads((self.path / STATUS).read_text())
+        except (OSError, ValueError, RecursionError):  # missing, not UTF-8 or JSON, too deep
             return None
+        return status if isinstance(status, dict) else None
+
+    @property
+    def status_damaged(self) -> bool:
+        """A ``status.json`` exists but :meth:`status` cannot read it as a Plume status."""
+        return (self.path / STATUS).exists() and self.status() is None
 
     @property
     def is_completed(self) -> bool:
@@ -145,22 +181,6 @@ class RunDirectory:
             path.unlink(missing_ok=True)
         return [p.name for p in stale]
 
-    def discard_if_unused(self) -> bool:
-        """Remove the directory when nothing but Hydra's own files (``.hydra/``, the job log)
-        is in it and no job ever started there (a config rejected inside a multirun job);
-        returns whether it was removed. A directory with a status is never touched."""
-        if (self.path / STATUS).exists():
-            return False
-        if any(p.name not in HYDRA_FILES and p.suffix != ".log" for p in self.path.iterdir()):
-            return False
-        shutil.rmtree(self.path, ignore_errors=True)
-        for parent in list(self.path.parents)[:2]:  # the sweep folders made for it, if empty
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-        return True
-
     def write_hydra_record(self, files: dict[str, str]) -> None:
         """Hydra's record of the command (``.hydra/<name>``), each file written atomically."""
         folder = self.path / HYDRA_FILES[0]
@@ -203,10 +223,12 @@ class RunDirectory:
         return pd.read_parquet(self.path / name)
 
     def save_checkpoint(self, state: dict[str, Any]) -> Path:
-        import torch
+        """Write ``state`` as a data-only file (``plume.harness.statefile``): tensors, arrays,
+        numbers, strings, containers and encoded snapshots; never a pickle."""
+        from plume.harness import statefile
 
         path = self.path / CHECKPOINT
-        _atomic_write(path, lambda tmp: torch.save(state, tmp))
+        _atomic_write(path, lambda tmp: statefile.save(state, tmp))
         return path
 
     @property
@@ -214,16 +236,16 @@ class RunDirectory:
         return (self.path / CHECKPOINT).is_file()
 
     def load_checkpoint(self) -> dict[str, Any]:
-        """The checkpoint; CorruptCheckpoint (one line naming the file) when it cannot be read."""
-        import torch
+        """The checkpoint, read as data only (``torch.load(weights_only=True)``, no object
+        rebuilt); CorruptCheckpoint, one line naming the file, for anything else: a torn or
+        truncated file, a pickle, a file of an older Plume."""
+        from plume.harness import statefile
 
         path = self.path / CHECKPOINT
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as err:  # torn zip, truncated pickle, garbage: never trusted
-            raise CorruptCheckpoint(f"{path}: unreadable checkpoint ({type(err).__name__}: "
-                                    f"{str(err).splitlines()[0] if str(err) else 'no detail'})"
-                                    ) from None
+            state = statefile.load(path)
+        except statefile.StateRefused as err:
+            raise CorruptCheckpoint(f"{path}: unreadable checkpoint: {err}") from None
         if not isinstance(state, dict) or "env_steps" not in state:
             raise CorruptCheckpoint(f"{path}: not a Plume checkpoint")
         return state

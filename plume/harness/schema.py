@@ -116,8 +116,21 @@ def _choice(section: str, value: str, valid: tuple[str, ...] | list[str]) -> str
     return value
 
 
+TOP_KEYS = ("exp_name", "seed", "overwrite", "train", "env", "algo", "sampler", "analysis",
+            "logger", "paths")
+
+
+def check_top_keys(cfg: DictConfig, known: tuple[str, ...]) -> None:
+    """A key added with ``+`` (a typo Hydra's own hint suggests) must not pass unnoticed."""
+    unknown = sorted(set(cfg.keys()) - set(known) - {"hydra"})
+    if unknown:
+        raise ConfigError(f"unknown top-level key(s) {', '.join(unknown)}; valid keys: "
+                          f"{', '.join(known)}")
+
+
 def validate(cfg: DictConfig) -> JobConfig:
     """Check every section of a composed job config and return its typed view."""
+    check_top_keys(cfg, TOP_KEYS)
     train = _typed("train", TrainSection, cfg.get("train"))
     if train.total_steps <= 0:
         raise ConfigError(f"train.total_steps must be a positive step budget, got {train.total_steps}")

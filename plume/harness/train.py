@@ -30,10 +30,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
 from plume.agents.base import NonFiniteTraining
-from plume.harness import snapshot
+from plume.harness import snapshot, sweep
 from plume.harness.anchors import SCORE_FILE, controller_trace_scores, score_description
 from plume.harness.consultation import PolicyConsultation
-from plume.harness.datasets import load_checked, load_test_sets, make_env
+from plume.harness.datasets import make_env
+from plume.harness.errors import JobRefused
 from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
 from plume.harness.monitor import TrainingMonitor
 from plume.harness.progress import Progress, format_clock  # noqa: F401 (format_clock: public here too)
@@ -47,6 +48,7 @@ from plume.harness.rundir import (
     CorruptCheckpoint,
     RunDirectory,
     RunDirectoryLocked,
+    discard_unused,
     effective_state,
 )
 from plume.harness.samplers import (
@@ -55,7 +57,8 @@ from plume.harness.samplers import (
     run_analysis,
     sampler_controllers,
 )
-from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults, validate
+from plume.harness.preflight import JobInputs, check_train
+from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
 
@@ -78,12 +81,16 @@ def _override_dirname(value: str | None) -> str:
 OmegaConf.register_new_resolver("plume_dirname", _override_dirname, replace=True)
 
 
-class JobRefused(RuntimeError):
-    """A job of a sweep refused with a one-line reason (already printed)."""
+def main() -> None:
+    """``plume-train``: Hydra's app over ``conf/train.yaml``; a sweep that refused or lost jobs
+    ends with a non-zero exit status (the ``plume`` sweeper's verdict)."""
+    _app()
+    sys.exit(sweep.exit_code())
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
-def main(cfg: DictConfig) -> dict[str, Any] | None:
+def train_job(cfg: DictConfig) -> dict[str, Any] | None:
+    """One job, as Hydra's task function: a user's mistake is one line (exit status 2), or
+    inside a sweep a JobRefused for the sweeper to report."""
     hydra_cfg = HydraConfig.get()
     choices = {
         group: choice
@@ -99,10 +106,13 @@ def main(cfg: DictConfig) -> dict[str, Any] | None:
     except (ConfigError, RunDirectoryLocked, NonFiniteTraining) as err:  # one line
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
+        if hydra_cfg.mode != RunMode.RUN:  # a sweep's job: the sweeper prints it
+            raise JobRefused(str(err)) from None
         print(f"plume-train: error: {err}", file=sys.stderr)
-        if hydra_cfg.mode == RunMode.MULTIRUN:
-            raise JobRefused(str(err)) from None  # the launcher records it, others go on
         sys.exit(2)
+
+
+_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(train_job)
 
 
 def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None,
@@ -114,24 +124,25 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
     record (``hydra_record``: file name -> text, for ``.hydra/``) is written only after
     validation. One process at a time works in a run directory (RunDirectoryLocked
     otherwise)."""
-    rundir = RunDirectory(run_dir)
     try:
-        job = validate(cfg)
+        inputs = check_train(cfg)  # config, data, env package: before anything is written
     except ConfigError:
-        rundir.discard_if_unused()
+        discard_unused(Path(run_dir))  # the folder Hydra made for a multirun job, if any
         raise
+    rundir = RunDirectory(run_dir)
     with rundir.lock():
         if hydra_record:
             rundir.write_hydra_record(hydra_record)
-        if rundir.is_completed and not job.overwrite:
+        if rundir.is_completed and not inputs.job.overwrite:
             log.info("skipping %s: already completed (overwrite=true to train it again)",
                      run_dir)
             return rundir.status().get("summary")
-        return _run_locked(cfg, job, rundir, choices or {})
+        return _run_locked(cfg, inputs, rundir, choices or {})
 
 
-def _run_locked(cfg: DictConfig, job: JobConfig, rundir: RunDirectory,
+def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
                 choices: dict[str, str]) -> dict[str, Any]:
+    job = inputs.job
     resolve_env_defaults(cfg, job.env)
     fingerprint = _fingerprint(cfg)
     stale = rundir.remove_stale_temporaries()
@@ -139,6 +150,8 @@ def _run_locked(cfg: DictConfig, job: JobConfig, rundir: RunDirectory,
         log.info("removed %d temporary file(s) a killed process left: %s", len(stale),
                  ", ".join(stale))
     previous = rundir.status()
+    if rundir.status_damaged:
+        log.warning("%s: status.json is not a Plume status; the job starts afresh", rundir.path)
     resume = None if job.overwrite else _resumable(rundir, fingerprint)
     (rundir.path / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     resumes = list((previous or {}).get("resumes", [])) if resume is not None else []
@@ -161,7 +174,7 @@ def _run_locked(cfg: DictConfig, job: JobConfig, rundir: RunDirectory,
     exit_code = 1
     try:
         tracker = _make_tracker(job, cfg, rundir.path, choices)
-        summary = _train(job, rundir, tracker, fingerprint, resume)
+        summary = _train(inputs, rundir, tracker, fingerprint, resume)
         exit_code = 0
     except BaseException as err:
         rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
@@ -182,12 +195,19 @@ def _run_locked(cfg: DictConfig, job: JobConfig, rundir: RunDirectory,
 
 
 def _train(
-    job: JobConfig, rundir: RunDirectory, tracker, fingerprint: str,
+    inputs: JobInputs, rundir: RunDirectory, tracker, fingerprint: str,
     resume: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    training = _Training(job, rundir, tracker, fingerprint)
+    training = _Training(inputs, rundir, tracker, fingerprint)
     if resume is not None:
-        training.resume(resume)
+        try:
+            training.resume(resume)
+        except snapshot.StateRefused as err:
+            log.warning("not resuming: %s: %s; training from the start", rundir.path, err)
+            rundir.reset_train_log()
+            resumes = (rundir.status() or {}).get("resumes", [])[:-1]
+            rundir.write_status(RUNNING, resumes=resumes, checkpoint_refused=str(err))
+            training = _Training(inputs, rundir, tracker, fingerprint)
     return training.run()
 
 
@@ -196,20 +216,17 @@ class _Training:
     update, checkpoint at every evaluation. The environment is reached only through its
     EnvSpec, the learner only through ``learn`` / ``act`` / ``state_dict``."""
 
-    def __init__(self, job: JobConfig, rundir: RunDirectory, tracker, fingerprint: str) -> None:
+    def __init__(self, inputs: JobInputs, rundir: RunDirectory, tracker,
+                 fingerprint: str) -> None:
         import torch
 
+        job = inputs.job
         self.job, self.rundir, self.tracker, self.fingerprint = job, rundir, tracker, fingerprint
         spec, params = job.env_spec, job.env_params
         streams = spawn_streams(job.seed)
         torch.set_num_threads(job.train.torch_threads)
-        self.train_traces = load_checked(spec, job.env.dataset, "train", job.env.trace_format,
-                                         params)
-        test_sets = load_test_sets(spec, job.env, params)
-        # Environments and the learner are built before any analysis, so bad traces or an
-        # algorithm that does not fit the env (a network for another observation) fail first.
+        self.train_traces, test_sets = inputs.train_traces, inputs.test_sets
         self.evaluator = Evaluator(spec, test_sets, params)
-        _check_algorithm_fits(job, self.train_traces)
         # Stage 1-2 runs for every sampler (cached per dataset and settings): Plume's samplers
         # use it, and every run's test traces are labelled with their training cluster.
         analysis = _analysis(job, self.train_traces)
@@ -263,17 +280,21 @@ class _Training:
         self.agent.track_learner_signal = self.signals is not None
         self.monitor.connect(self.agent.learner_signal)
 
-    def in_flight(self) -> bytes:
+    def _live(self) -> dict[str, Any]:
+        """The objects an exact resume restores, as they are now."""
+        return {"env": self.env, "sampler": self.sampler, "signals": self.signals,
+                "episodes": self.agent.episode_state(), "last_return": self.monitor.last_return}
+
+    def in_flight(self) -> snapshot.Encoded:
         """The running episodes, for an exact resume: the environment mid-episode (its
         arrays and RNG), the sampler, the learner-signal bookkeeping and the agent's view."""
-        return snapshot.dumps({"env": self.env, "sampler": self.sampler,
-                               "signals": self.signals, "episodes": self.agent.episode_state(),
-                               "last_return": self.monitor.last_return}, self.train_traces)
+        return snapshot.dumps(self._live(), self.train_traces)
 
     def resume(self, checkpoint: dict[str, Any]) -> None:
         """Continue exactly where the checkpoint was taken: the environment with its episodes
-        in flight, the sampler, the agent, and the evaluations and training curve up to it."""
-        restored = snapshot.loads(checkpoint["in_flight"], self.train_traces)
+        in flight, the sampler, the agent, and the evaluations and training curve up to it.
+        StateRefused when the checkpoint's state is not what this job builds."""
+        restored = snapshot.loads(checkpoint.get("in_flight"), self.train_traces, self._live())
         self.env, self.sampler, self.signals = (restored["env"], restored["sampler"],
                                                 restored["signals"])
         self.consultation = PolicyConsultation(self.sampler, self.job.env_spec,
@@ -281,8 +302,13 @@ class _Training:
                                                checkpoint["env_steps"])
         self.consultation.seconds = checkpoint.get("consult_seconds", 0.0)
         self._build_learner()
-        self.agent.load_state_dict(checkpoint["agent"])
-        self.agent.load_episode_state(restored["episodes"])
+        try:
+            self.agent.load_state_dict(checkpoint["agent"])
+            self.agent.load_episode_state(restored["episodes"])
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
+            raise snapshot.StateRefused(f"its agent state does not fit this job's "
+                                        f"{self.job.algo_name} ({type(err).__name__}: "
+                                        f"{str(err)[:200]})") from None
         self.monitor.last_return = restored["last_return"]
         done = checkpoint["progress"]
         self.points = [p for p in self.points if p > done]
@@ -425,21 +451,6 @@ def _analysis(job: JobConfig, traces):
         log.info("stage 1-2 skipped: %s (test traces get no cluster label)", message)
         return None
     return run_analysis(traces, job.analysis, job.paths.cache)
-
-
-def _check_algorithm_fits(job: JobConfig, traces) -> None:
-    """Build the learner on a one-copy env of the first training trace: its spaces are the
-    real ones, so a config the algorithm rejects (e.g. network=gelato on the Pensieve
-    observation) is the user's mistake, reported in one line before stage 1-2 runs."""
-    from plume.agents import ALGORITHMS
-
-    probe = make_env(job.env_spec, traces.subset([0]), 1, None, mode="test", seed=0,
-                     params=job.env_params)
-    try:
-        ALGORITHMS[job.algo_name](probe, job.algo, seed=0, total_env_steps=1)
-    except ValueError as err:
-        raise ConfigError(f"algo={job.algo_name} does not fit env={job.env_spec.name}: "
-                          f"{err}") from None
 
 
 def _recomputes(sampler) -> list:

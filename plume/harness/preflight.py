@@ -1,0 +1,133 @@
+"""Everything a job reads, checked before anything of the job exists on disk.
+
+A user's mistake (a config value, a trace file, an ``env.package`` module, a name that would
+put a folder outside ``paths.root``) must fail in one line with nothing left behind: no run
+directory, no ``failed`` status a report would count, no W&B run, no analysis. So each app
+loads and checks its inputs here first: Hydra's ``ValidateFirst`` callback calls these checks
+before a single run's directory is made, the ``plume`` sweeper before it launches a sweep's
+jobs, and the job itself again (the directory Hydra made for a refused multirun job is
+removed). The loaded data is kept for the job that follows (:func:`load_inputs`), so a single
+run reads its trace files once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any
+
+from omegaconf import DictConfig
+
+from plume.harness.datasets import is_builtin, load_checked, load_test_sets, make_env
+from plume.harness.errors import ConfigError
+from plume.harness.schema import JobConfig, analysis_settings, env_section, validate
+from plume.traces import TraceSet
+
+log = logging.getLogger("plume")
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """A validated ``plume-train`` job and the data it trains and tests on."""
+
+    job: JobConfig
+    train_traces: TraceSet
+    test_sets: dict[str, TraceSet]
+
+
+def check_train(cfg: DictConfig) -> JobInputs:
+    """The job's config, its trace data (train split and every test set) and the fit of its
+    algorithm to the environment, checked; ConfigError (one line) otherwise."""
+    job = validate(cfg)
+    check_inside_root(job.paths.root, exp_name=job.exp_name)
+    inputs = load_inputs(job)
+    _check_algorithm_fits(job, inputs.train_traces)
+    return inputs
+
+
+def check_eval(cfg: DictConfig):
+    """``plume-eval``: ``(env section, EnvSpec, params, controller, test sets)``, checked."""
+    from plume.harness.controllers import check_controller
+
+    env, spec, params, name = check_controller(cfg)
+    check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
+    key = ("eval", spec.name, tuple(env.test_sets), env.trace_format, repr(params))
+    test_sets = _cached(key, spec, env.test_sets, lambda: load_test_sets(spec, env, params))
+    return env, spec, params, name, test_sets
+
+
+def check_analyze(cfg: DictConfig):
+    """``plume-analyze``: ``(env section, EnvSpec, analysis settings, traces)``, checked."""
+    split = cfg.get("split")
+    if split not in ("train", "test"):
+        raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
+    env, spec, params = env_section(cfg.get("env"))
+    settings = analysis_settings(cfg.get("analysis"), spec.analysis_for(env.dataset))
+    key = ("analyze", spec.name, env.dataset, split, env.trace_format, repr(params))
+    traces = _cached(key, spec, [env.dataset], lambda: load_checked(
+        spec, env.dataset, split, env.trace_format, params))
+    return env, spec, settings, traces
+
+
+def check_inside_root(root: str, **names: str) -> None:
+    """Each named value becomes folders under ``root``: it must stay there (relative, no
+    ``..``), checked on the text before any folder exists."""
+    for key, value in names.items():
+        parts = PurePath(str(value)).parts
+        if not parts or PurePath(str(value)).is_absolute() or ".." in parts:
+            raise ConfigError(f"{key}={value!r} would put run folders outside paths.root="
+                              f"{root!r}: use a plain name (relative, without '..')")
+
+
+def load_inputs(job: JobConfig) -> JobInputs:
+    """The train split and the test sets of ``job``, loaded and checked once per process for
+    the same files (the callback's check and the job that follows share them)."""
+    spec, env, params = job.env_spec, job.env, job.env_params
+
+    def load() -> tuple[TraceSet, dict[str, TraceSet]]:
+        train = load_checked(spec, env.dataset, "train", env.trace_format, params)
+        return train, load_test_sets(spec, env, params)
+
+    key = ("train", spec.name, env.dataset, tuple(env.test_sets), env.trace_format,
+           repr(params))
+    return JobInputs(job, *_cached(key, spec, [env.dataset, *env.test_sets], load))
+
+
+_LAST: dict[str, Any] = {}
+
+
+def _cached(key: tuple, spec: Any, datasets: list[str], load):
+    """``load()``, or what it returned last time for the same key and unchanged files (their
+    sizes and modification times); one entry, so a long-lived worker holds one dataset."""
+    stamp = (key, tuple(_files_stamp(Path(d).expanduser()) for d in datasets
+                        if not is_builtin(spec, d)))
+    if _LAST.get("stamp") != stamp:
+        _LAST.clear()
+        value = load()
+        _LAST.update(stamp=stamp, value=value)
+    return _LAST["value"]
+
+
+def _files_stamp(path: Path) -> tuple:
+    """(relative path, size, mtime) of every file at ``path``: what says the data changed."""
+    if path.is_file():
+        stat = path.stat()
+        return ((path.name, stat.st_size, stat.st_mtime_ns),)
+    return tuple((p.relative_to(path).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+                 for p in sorted(path.rglob("*")) if p.is_file())
+
+
+def _check_algorithm_fits(job: JobConfig, traces: TraceSet) -> None:
+    """Build the learner on a one-copy env of the first training trace: its spaces are the
+    real ones, so a config the algorithm rejects (e.g. network=gelato on the Pensieve
+    observation) is the user's mistake, reported in one line before anything is written."""
+    from plume.agents import ALGORITHMS
+
+    probe = make_env(job.env_spec, traces.subset([0]), 1, None, mode="test", seed=0,
+                     params=job.env_params)
+    try:
+        ALGORITHMS[job.algo_name](probe, job.algo, seed=0, total_env_steps=1)
+    except ValueError as err:
+        raise ConfigError(f"algo={job.algo_name} does not fit env={job.env_spec.name}: "
+                          f"{err}") from None
