@@ -6,6 +6,7 @@ Every file is written by the test into tmp_path; nothing touches the network.
 from __future__ import annotations
 
 import csv
+import logging
 import pickle
 import tempfile
 from pathlib import Path
@@ -46,6 +47,26 @@ def _forward_megabits(trace: ld.ForwardTrace) -> float:
 def _names(n: int, test: bool) -> list[str]:
     """The first n names ``t<k>`` that the hash rule puts in test (or in train)."""
     return [f"t{k}" for k in range(10_000) if in_test_split(f"t{k}") == test][:n]
+
+
+def _outcome(reader, path: Path, fast: bool, **kwargs):
+    """A reader's arrays as raw bytes (so -0.0 and NaN bits count), or its error's type and
+    text; ``fast=False`` forces the line-by-line reader."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not fast:
+            patch.setattr(ld, "_fast_columns", lambda *args: None)
+        try:
+            trace = reader(path, **kwargs)
+        except (TraceFileError, ValueError, OverflowError) as err:
+            return type(err).__name__, str(err), getattr(err, "line", None)
+    return trace.time.tobytes(), trace.bandwidth.tobytes(), trace.period
+
+
+def _is_fast(path: Path, cooked: bool = True) -> bool:
+    """Whether the Arrow path (not the line-by-line reader) parses ``path``."""
+    if cooked:
+        return ld._fast_columns(path, ("t", "bw"), ld.pa.float64(), ld._COOKED_BYTES) is not None
+    return ld._fast_columns(path, ("ms",), ld.pa.int64(), ld._STAMP_BYTES) is not None
 
 
 # ---------------------------------------------------------------------------------------
@@ -146,6 +167,89 @@ def test_read_cooked_rejects_malformed_files(tmp_path, content, line, words):
     assert "trace 'norway_bus_7'" in message and words in message
     assert "\n" not in message
     assert (info.value.line, info.value.trace_id) == (line, "norway_bus_7")
+
+
+_FLOATS = st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=True, width=64)
+_FORMATS = st.sampled_from(["{!r}", "{:.3f}", "{:.17g}", "{:e}", "{:.0f}", "{:+.5g}"])
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in subtract:RuntimeWarning")
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_FLOATS, _FLOATS, _FORMATS), min_size=1, max_size=30),
+       st.sampled_from([" ", "\t"]), st.sampled_from(["\n", "\r\n", "\r"]),
+       st.sampled_from(["", "# t bw", "  # header", "\n"]))
+def test_fast_cooked_parser_is_bit_identical_to_the_line_reader(rows, sep, newline, extra):
+    lines = [f"{fmt.format(a)}{sep}{fmt.format(b)}" for a, b, fmt in rows]
+    text = newline.join([extra, *lines] if extra else lines) + newline
+    with tempfile.TemporaryDirectory() as folder:
+        path = _write(Path(folder) / "f.txt", "")
+        path.write_bytes(text.encode())
+        assert _is_fast(path)
+        assert _outcome(read_cooked, path, True) == _outcome(read_cooked, path, False)
+
+
+_TRICKY = st.lists(st.sampled_from(list("0123456789.+-eE \t\n\r#x_") + [
+    "nan", "inf", "\x0b", "\x0c", "\x1e", "\u0085", "\u2028", "\u00e9", "1e400", "\r\n",
+    "# c", "nan(1)"]), max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TRICKY)
+def test_both_readers_agree_on_any_text_result_or_exact_error(text):
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "x.y"
+        path.write_bytes(text.encode())
+        assert _outcome(read_cooked, path, True) == _outcome(read_cooked, path, False)
+        assert (_outcome(read_mahimahi, path, True, bin_s=0.01)
+                == _outcome(read_mahimahi, path, False, bin_s=0.01))
+
+
+def test_a_large_repr_file_parses_fast_and_bit_identical(tmp_path):
+    rng = np.random.default_rng(11)
+    t = np.cumsum(rng.exponential(1.0, 200_000)) * rng.choice([1e-3, 1.0, 1e3])
+    bw = rng.lognormal(0, 3, 200_000)
+    bw[rng.integers(0, len(bw), 50)] = 0.0
+    path = write_cooked(tmp_path / "big.txt", t, bw)
+    assert _is_fast(path)
+    fast = read_cooked(path)
+    assert _outcome(read_cooked, path, True) == _outcome(read_cooked, path, False)
+    assert fast.time.tobytes() == (t[:-1] - t[0]).tobytes()
+    assert fast.bandwidth.tobytes() == bw[1:].tobytes() and fast.period == t[-1] - t[0]
+
+
+def test_errors_in_fast_parsed_files_name_the_right_line(tmp_path):
+    cooked = _write(tmp_path / "c.txt", "# t bw\n0 1\n\n  # note\n1 2\n1 3\n")
+    assert _is_fast(cooked)
+    with pytest.raises(TraceFileError) as info:
+        read_cooked(cooked)
+    assert str(info.value) == (f"{cooked}:6: trace 'c': time does not increase (cooked times "
+                               "must strictly increase)")
+    stamps = _write(tmp_path / "m.down", "0\r\n# c\r\n5\r\n\r\n3\r\n")
+    assert _is_fast(stamps, cooked=False)
+    with pytest.raises(TraceFileError) as info:
+        read_mahimahi(stamps)
+    assert str(info.value) == (f"{stamps}:5: trace 'm': timestamp 3 ms is smaller than the one "
+                               "before (timestamps must not decrease)")
+    zero = _write(tmp_path / "z", "0\n\n0\n# end\n")
+    with pytest.raises(TraceFileError) as info:
+        read_mahimahi(zero)
+    assert str(info.value) == (f"{zero}:3: trace 'z': zero period: the last timestamp (the loop "
+                               "period) is 0 ms")
+
+
+def test_not_plain_files_take_the_line_reader_with_the_same_result(tmp_path):
+    cases = {"tabs_and_spaces": "0 1\n1\t2\n", "trailing_space": "0 1 \n1 2\n",
+             "comment_after_data": "0 1\n1 2 # x\n", "form_feed": "0 1\n1 2\x0c3 4\n",
+             "break_in_comment": "0 1\n# a\u20281 2\n3 4\n", "underscore": "0 1\n1_0 2\n",
+             "hex_stamps": "0x10\n"}
+    for name, text in cases.items():
+        path = _write(tmp_path / name, text)
+        assert not _is_fast(path) and not _is_fast(path, cooked=False)
+        assert _outcome(read_cooked, path, True) == _outcome(read_cooked, path, False)
+        assert (_outcome(read_mahimahi, path, True) == _outcome(read_mahimahi, path, False))
+    assert read_cooked(tmp_path / "underscore").time.tolist() == [0.0]  # float("1_0") == 10
+    with pytest.raises(TraceFileError, match="'0x10' is not an integer millisecond timestamp"):
+        read_mahimahi(tmp_path / "hex_stamps")
 
 
 # ---------------------------------------------------------------------------------------
@@ -506,6 +610,135 @@ def test_arguments_and_missing_paths(tmp_path):
     with pytest.raises(TraceFileError, match="no trace files"):
         load_traces(tmp_path, "cooked", "all")
     assert TRACE_FORMATS == ("cooked", "mahimahi", "puffer", "npz", "csv")
+
+
+# ---------------------------------------------------------------------------------------
+# non-trace files and the padding cap
+# ---------------------------------------------------------------------------------------
+
+def test_extension_rule_skips_non_trace_files_logs_them_once_and_counts_alike(tmp_path, caplog):
+    for name in ("a.txt", "b.log", "trace_1_http---www.youtube.com", "page.html", "sub/c"):
+        _write(tmp_path / name, "0 1\n1 2\n")
+    for name in ("meta.json", "notes.md", "plot.PNG", "sub/cfg.yaml", "data.tar.gz"):
+        _write(tmp_path / name, "{not a trace}")
+    with caplog.at_level(logging.INFO, logger="plume"):
+        traces = load_traces(tmp_path, "cooked", "all")
+    assert traces.trace_ids.tolist() == ["a", "b", "page", "sub/c", "trace_1_http---www.youtube"]
+    skipped = ["data.tar.gz", "meta.json", "notes.md", "plot.PNG", "sub/cfg.yaml"]
+    assert traces.meta["skipped_files"] == skipped
+    rule = "known non-trace extensions: " + " ".join(sorted(ld.NON_TRACE_SUFFIXES))
+    assert [r.getMessage() for r in caplog.records if r.name == "plume"] == [
+        f"skipped 5 non-trace file(s) in {tmp_path}: {', '.join(skipped)} ({rule})"]
+    n_test = sum(map(in_test_split, traces.trace_ids.tolist()))
+    assert describe_split(tmp_path, "cooked") == (
+        f"split of {tmp_path}: {ld.HASH_RULE} -> test ({n_test} of 5 traces)")
+
+
+def test_csv_folders_read_only_csv_files_and_split_folders_merge_skips(tmp_path, caplog):
+    from plume.traces.lb import write_lb_csv
+
+    for part, name in (("train", "j1"), ("train", "j2"), ("test", "j3")):
+        write_lb_csv(tmp_path / part / f"{name}.csv", [1, 2], [100, 200])
+    _write(tmp_path / "train" / "notes.txt", "jobs of day 1")
+    _write(tmp_path / "test" / "j3.json", "{}")
+    with caplog.at_level(logging.INFO, logger="plume"):
+        every = load_traces(tmp_path, "csv", "all")
+    assert every.trace_ids.tolist() == ["train/j1", "train/j2", "test/j3"]
+    assert every.meta["skipped_files"] == ["train/notes.txt", "test/j3.json"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "plume"]
+    line = (f"skipped 2 non-trace file(s) in {tmp_path}: train/notes.txt, test/j3.json "
+            "(a csv dataset reads only *.csv files)")
+    assert logged == [line]
+    assert load_traces(tmp_path, "csv", "test").meta["skipped_files"] == ["test/j3.json"]
+    assert describe_split(tmp_path, "csv") == (
+        f"split of {tmp_path}: train/ and test/ folders (2 / 1 traces)")
+
+
+def test_a_folder_of_only_non_trace_files_says_so(tmp_path):
+    _write(tmp_path / "meta.json", "{}")
+    _write(tmp_path / "README", "about")
+    with pytest.raises(TraceFileError) as info:
+        load_traces(tmp_path, "mahimahi", "all")
+    assert str(info.value) == (
+        f"{tmp_path}: no trace files (every regular file below it is read, except hidden ones, "
+        f"README* and, by extension, 1 skipped file(s); known non-trace extensions: "
+        f"{' '.join(sorted(ld.NON_TRACE_SUFFIXES))})")
+    single = load_traces(_write(tmp_path / "one.json", "0 1\n1 2\n"), "cooked", "all")
+    assert single.trace_ids.tolist() == ["one"]  # a file named on its own is always read
+
+
+def _refusal(path, tid: str, longest: int, n: int, width: int, bytes_per_sample: int,
+             limit: int) -> str:
+    cells = n * width
+    return (f"{path}: trace '{tid}': {longest:,} samples, the longest of {n} traces; padding "
+            f"every trace to {width:,} samples would take {n} x {width:,} = {cells:,} samples "
+            f"per channel ({cells * bytes_per_sample / 2**30:.2f} GiB), over the limit of "
+            f"{limit:,}: split or resample this trace, or raise the limit to at least "
+            f"{cells:,} (env.max_padded_samples in plume-train, max_padded_samples= in "
+            "load_traces)")
+
+
+def test_padding_over_the_cap_is_refused_in_one_line_naming_the_longest_trace(tmp_path):
+    for k in range(3):
+        _write(tmp_path / f"s{k}.txt", "0 1\n1 2\n2 3\n")
+    long = write_cooked(tmp_path / "long.txt", np.arange(11.0), np.ones(11))
+    with pytest.raises(TraceFileError) as info:
+        load_traces(tmp_path, "cooked", "all", max_padded_samples=39)
+    assert str(info.value) == (
+        f"{long}: trace 'long': 10 samples, the longest of 4 traces; padding every trace to 10 "
+        "samples would take 4 x 10 = 40 samples per channel (0.00 GiB), over the limit of 39: "
+        "split or resample this trace, or raise the limit to at least 40 "
+        "(env.max_padded_samples in plume-train, max_padded_samples= in load_traces)")
+    assert (info.value.path, info.value.line, info.value.trace_id) == (str(long), None, "long")
+    assert load_traces(tmp_path, "cooked", "all", max_padded_samples=40).lengths.tolist() == [
+        10, 2, 2, 2]
+    assert len(load_traces(tmp_path, "cooked", "all", max_padded_samples=None)) == 4
+    assert ld.MAX_PADDED_SAMPLES == 2**24
+    slow = _write(tmp_path / "mm" / "slow.down", "1000\n")  # 10 bins of 0.1 s
+    _write(tmp_path / "mm" / "fast.down", "100\n")
+    with pytest.raises(TraceFileError) as info:
+        load_traces(tmp_path / "mm", "mahimahi", "all", max_padded_samples=19)
+    assert str(info.value) == _refusal(slow, "slow", 10, 2, 10, 16, 19)
+
+
+def test_the_cap_guards_csv_npz_puffer_and_joined_split_folders(tmp_path):
+    from plume.traces.lb import write_lb_csv
+
+    lb = tmp_path / "lb"
+    write_lb_csv(lb / "short.csv", [1, 1], [100, 100])
+    long_jobs = write_lb_csv(lb / "long.csv", np.ones(700), np.full(700, 100.0))
+    with pytest.raises(TraceFileError) as info:
+        load_traces(lb, "csv", "all", max_jobs=None, max_padded_samples=1000)
+    assert str(info.value) == _refusal(long_jobs, "long", 700, 2, 700, 16, 1000)
+
+    _small_set(["a", "b"]).save(tmp_path / "npz" / "one.npz")
+    wide = _small_set(["c"])
+    wide = TraceSet(name="w", series={k: np.c_[v, v[:, -1:] + 1] for k, v in wide.series.items()},
+                    constants=wide.constants, trace_ids=wide.trace_ids, meta=wide.meta)
+    wide.save(tmp_path / "npz" / "two.npz")
+    with pytest.raises(TraceFileError) as info:
+        load_traces(tmp_path / "npz", "npz", "all", max_padded_samples=11)
+    assert str(info.value) == _refusal(tmp_path / "npz", "c", 4, 3, 4, 16, 11)
+
+    folder = tmp_path / "split"
+    for name in ("a", "b", "c"):
+        _write(folder / "train" / name, "0 1\n1 2\n2 3\n")
+    test_file = write_cooked(folder / "test" / "d", np.arange(5.0), np.ones(5))
+    assert len(load_traces(folder, "cooked", "train", max_padded_samples=6)) == 3
+    with pytest.raises(TraceFileError) as info:
+        load_traces(folder, "cooked", "all", max_padded_samples=15)
+    assert str(info.value) == _refusal(test_file, "test/d", 4, 4, 4, 16, 15)
+
+    day = write_puffer_sample(tmp_path / "puffer", n_streams=2, n_chunks=[100, 120])
+    streams = load_puffer(tmp_path / "puffer", min_chunks=1)
+    longest = int(np.argmax(streams.lengths))
+    n_rows = int(streams.lengths[longest])
+    with pytest.raises(TraceFileError) as info:
+        load_traces(tmp_path / "puffer", "puffer", "all", min_chunks=1,
+                    max_padded_samples=2 * n_rows - 1)
+    sent = next(day.glob("video_sent_*.csv"))
+    assert str(info.value) == _refusal(sent, streams.trace_ids[longest], n_rows, 2, n_rows,
+                                       208, 2 * n_rows - 1)
 
 
 # ---------------------------------------------------------------------------------------

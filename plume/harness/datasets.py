@@ -14,6 +14,7 @@ from typing import Any
 from plume.envs.registry import EnvSpec
 from plume.harness.errors import ConfigError
 from plume.traces import TraceSet
+from plume.traces.traceset import MAX_PADDED_SAMPLES
 
 
 def is_builtin(spec: EnvSpec, dataset: str) -> bool:
@@ -45,15 +46,17 @@ def default_test_sets(spec: EnvSpec, dataset: str) -> list[str]:
     return spec.builtin_test_sets(dataset) if is_builtin(spec, dataset) else [dataset]
 
 
-def load_dataset(spec: EnvSpec, dataset: str, split: str,
-                 trace_format: str | None = None) -> TraceSet:
-    """The ``split`` of a built-in dataset, or of the trace files at path ``dataset``."""
+def load_dataset(spec: EnvSpec, dataset: str, split: str, trace_format: str | None = None,
+                 max_padded_samples: int | None = MAX_PADDED_SAMPLES) -> TraceSet:
+    """The ``split`` of a built-in dataset, or of the trace files at path ``dataset`` (padded
+    storage capped at ``max_padded_samples`` per channel: ``plume.traces.loaders``)."""
     if is_builtin(spec, dataset):
         return spec.load_builtin(dataset, split)
     from plume.traces.loaders import load_traces
 
     path = Path(dataset).expanduser()
-    return load_traces(path, trace_format or "npz", split)
+    return load_traces(path, trace_format or "npz", split,
+                       max_padded_samples=max_padded_samples)
 
 
 def describe_test_set(spec: EnvSpec, dataset: str, trace_format: str | None) -> str:
@@ -70,12 +73,12 @@ def test_set_name(spec: EnvSpec, dataset: str) -> str:
     return dataset if is_builtin(spec, dataset) else Path(dataset).expanduser().resolve().stem
 
 
-def load_checked(spec: EnvSpec, dataset: str, split: str, trace_format: str | None,
-                 params: Any) -> TraceSet:
-    """:func:`load_dataset`, checked for the channels the environment needs; bad trace files
-    and bad traces become a ConfigError (one line naming the file, line or trace)."""
+def load_checked(spec: EnvSpec, env: Any, dataset: str, split: str, params: Any) -> TraceSet:
+    """:func:`load_dataset` with the ``env`` section's trace format and padding cap, checked
+    for the channels the environment needs; bad trace files and bad traces become a
+    ConfigError (one line naming the file, line or trace)."""
     try:
-        traces = load_dataset(spec, dataset, split, trace_format)
+        traces = load_dataset(spec, dataset, split, env.trace_format, env.max_padded_samples)
         spec.check_channels(traces, params, f"{dataset} ({split})")
     except ValueError as err:
         raise ConfigError(str(err)) from None
@@ -86,8 +89,8 @@ def load_test_sets(spec: EnvSpec, env: Any, params: Any) -> dict[str, TraceSet]:
     """Every test set of the ``env`` section by name, each announced with where it comes from."""
     test_sets = {}
     for dataset in env.test_sets:
-        test_sets[test_set_name(spec, dataset)] = load_checked(
-            spec, dataset, "test", env.trace_format, params)
+        test_sets[test_set_name(spec, dataset)] = load_checked(spec, env, dataset, "test",
+                                                               params)
         logging.getLogger("plume").info(
             "test set %s", describe_test_set(spec, dataset, env.trace_format))
     return test_sets

@@ -52,7 +52,8 @@ def check_eval(cfg: DictConfig):
 
     env, spec, params, name = check_controller(cfg)
     check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
-    key = ("eval", spec.name, tuple(env.test_sets), env.trace_format, repr(params))
+    key = ("eval", spec.name, tuple(env.test_sets), env.trace_format,
+           env.max_padded_samples, repr(params))
     test_sets = _cached(key, spec, env.test_sets, lambda: load_test_sets(spec, env, params))
     return env, spec, params, name, test_sets
 
@@ -64,9 +65,10 @@ def check_analyze(cfg: DictConfig):
         raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
     env, spec, params = env_section(cfg.get("env"))
     settings = analysis_settings(cfg.get("analysis"), spec.analysis_for(env.dataset))
-    key = ("analyze", spec.name, env.dataset, split, env.trace_format, repr(params))
+    key = ("analyze", spec.name, env.dataset, split, env.trace_format,
+           env.max_padded_samples, repr(params))
     traces = _cached(key, spec, [env.dataset], lambda: load_checked(
-        spec, env.dataset, split, env.trace_format, params))
+        spec, env, env.dataset, split, params))
     return env, spec, settings, traces
 
 
@@ -86,11 +88,11 @@ def load_inputs(job: JobConfig) -> JobInputs:
     spec, env, params = job.env_spec, job.env, job.env_params
 
     def load() -> tuple[TraceSet, dict[str, TraceSet]]:
-        train = load_checked(spec, env.dataset, "train", env.trace_format, params)
+        train = load_checked(spec, env, env.dataset, "train", params)
         return train, load_test_sets(spec, env, params)
 
     key = ("train", spec.name, env.dataset, tuple(env.test_sets), env.trace_format,
-           repr(params))
+           env.max_padded_samples, repr(params))
     return JobInputs(job, *_cached(key, spec, [env.dataset, *env.test_sets], load))
 
 

@@ -41,6 +41,10 @@ class EnvSection:
     # An environment registered outside plume: the module exposing its SPEC (a dotted import
     # path, or a .py file); null for the built-in ones.
     package: Optional[str] = None
+    # Trace files of different lengths are padded to the longest: refuse (one line naming
+    # the longest trace) when n_traces x longest exceeds this many samples per channel
+    # (2**24 = 128 MiB of float64); null for no limit.
+    max_padded_samples: Optional[int] = 16_777_216
 
 
 ENV_KEYS = tuple(f.name for f in fields(EnvSection))
@@ -242,6 +246,9 @@ def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
     params = _typed("env", spec.params, own)
     if env.n_envs < 1:
         raise ConfigError(f"env.n_envs must be >= 1, got {env.n_envs}")
+    if env.max_padded_samples is not None and env.max_padded_samples < 1:
+        raise ConfigError(f"env.max_padded_samples must be >= 1 or null, got "
+                          f"{env.max_padded_samples}")
     if env.test_sets is not None and not env.test_sets:
         raise ConfigError("env.test_sets is empty: name at least one test set (or null for "
                           "the dataset's own test split)")

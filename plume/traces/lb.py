@@ -80,7 +80,12 @@ from plume.traces.mixtures import (
     seeded_rng,
     uniform_between,
 )
-from plume.traces.traceset import TraceFileError, TraceSet
+from plume.traces.traceset import (
+    MAX_PADDED_SAMPLES,
+    TraceFileError,
+    TraceSet,
+    check_padding,
+)
 
 __all__ = [
     "CAPACITY",
@@ -568,11 +573,15 @@ def write_lb_csv(path: str | Path, interarrival, job_size,
 
 
 def load_lb_csv(files: Mapping[str, Path], name: str, meta: Mapping,
-                max_jobs: int | None = N_JOBS) -> TraceSet:
+                max_jobs: int | None = N_JOBS, *,
+                max_padded_samples: int | None = MAX_PADDED_SAMPLES) -> TraceSet:
     """One TraceSet of the CSV files ``{trace id: path}`` (in that order), padded past
-    ``lengths``; ``meta`` gains the units, ``max_jobs`` and any header comments."""
+    ``lengths``; ``meta`` gains the units, ``max_jobs`` and any header comments. With
+    ``max_jobs=None`` files are read whole, so padding them to the longest is refused over
+    ``max_padded_samples`` (TraceFileError naming the longest file)."""
     jobs = [read_lb_csv(path, max_jobs) for path in files.values()]
     lengths = np.array([len(j.job_size) for j in jobs])
+    check_padding(lengths, list(files), 16, max_padded_samples, files=files)
     width = int(lengths.max())
 
     def pad(key: str) -> np.ndarray:

@@ -36,6 +36,13 @@ import numpy as np
 
 _FORMAT_VERSION = 2
 KINDS = ("series", "chunks", "constants")
+#: Default cap on ``n_traces x padded width`` (samples per channel) when loaders pad traces of
+#: different lengths into one set: 2**24 float64 cells are 128 MiB per channel, 256 MiB for a
+#: ``time`` + ``bandwidth`` set; building one at the cap peaked 416 MiB above its parsed traces
+#: (validation temporaries included, measured). A job's train and test sets both at the cap
+#: then hold about 0.5 GiB and peak under 1 GiB, well under 2 GiB with the learner beside
+#: them, while 1,000 traces of 16,000 samples (Pensieve's sets are far smaller) still fit.
+MAX_PADDED_SAMPLES = 2**24
 _NON_NEGATIVE = ("bandwidth", "interarrival", "job_size", "latency", "queue", "loss",
                  "chunk_sizes", "period")
 
@@ -59,6 +66,35 @@ class TraceFileError(ValueError):
 
     def __reduce__(self):  # keeps the attributes when the error crosses a process boundary
         return type(self), (self.path, self.message, self.line, self.trace_id)
+
+
+def check_padding(lengths, trace_ids, bytes_per_sample: int, limit: int | None, *,
+                  files: Mapping[str, Any] | None = None, where: str | Path | None = None,
+                  width: int | None = None) -> None:
+    """Refuse to pad ``len(lengths)`` traces to ``width`` (default: the longest) samples when
+    that is over ``limit`` (None: no limit), before anything is allocated.
+
+    Padding costs n x longest, so one long trace among many short ones multiplies memory;
+    this turns a MemoryError deep in numpy into one line naming the longest trace (its file
+    from ``files``, else ``where``), the cost in samples and bytes, the limit and the fixes.
+    """
+    lengths = np.asarray(lengths)
+    if limit is None or not lengths.size:
+        return
+    n, longest = len(lengths), int(np.argmax(lengths))
+    width = int(lengths[longest]) if width is None else int(width)
+    cells = n * width
+    if cells <= limit:
+        return
+    trace_id = str(trace_ids[longest])
+    path = (files or {}).get(trace_id, where)
+    raise TraceFileError(
+        path, f"{int(lengths[longest]):,} samples, the longest of {n} traces; padding every "
+              f"trace to {width:,} samples would take {n} x {width:,} = {cells:,} samples per "
+              f"channel ({cells * bytes_per_sample / 2**30:.2f} GiB), over the limit of "
+              f"{limit:,}: split or resample this trace, or raise the limit to at least "
+              f"{cells:,} (env.max_padded_samples in plume-train, max_padded_samples= in "
+              "load_traces)", None, trace_id)
 
 
 class TraceSetFileError(ValueError):
