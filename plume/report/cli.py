@@ -20,7 +20,9 @@ The Python API is ``build_report(paths, out, **options) -> ReportResult``.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,9 +233,10 @@ def _format_cell(value: Any) -> str:
 
 
 def to_markdown(frame: pd.DataFrame) -> str:
-    """A GitHub pipe table (floats with 3 decimals; no tabulate needed)."""
+    """A GitHub pipe table (floats with 3 decimals; no tabulate needed); every cell, header
+    included, goes through ``md_escape``."""
     def cell(v: Any) -> str:
-        return _format_cell(v).replace("|", "\\|").replace("\n", " ")
+        return md_escape(_format_cell(v))
 
     header = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
     rule = "|" + "|".join("---:" if pd.api.types.is_numeric_dtype(frame[c]) else "---"
@@ -243,13 +246,63 @@ def to_markdown(frame: pd.DataFrame) -> str:
     return "\n".join([header, rule, *rows]) + "\n"
 
 
+# --------------------------------------------------------------------------- escaping
+# Text from run files (errors, names, paths, descriptions) reaches report.md, the .md and .tex
+# tables and the terminal only through plain_text, md_escape, _code and _latex_escape.
+
+
+def plain_text(value: Any) -> str:
+    """``value`` on one line: runs of whitespace (newlines, tabs, Unicode separators) become
+    one space and other control or format characters (ANSI escapes, bidi overrides) show as
+    ``\\x1b``-style escapes, so run text cannot break a line, a table row or a terminal."""
+    text = " ".join(str(value).split())
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+#: What ``md_escape`` backslash-escapes: characters that open code, emphasis, strikethrough,
+#: HTML, entities, math or a heading, or end a table cell, wherever they stand; ``_`` unless
+#: between two letters or digits (there it cannot emphasise, so names keep their look); ``]``
+#: before ``(`` or ``[`` (what makes a link or an image).
+_MD_SPECIAL = re.compile(r"[\\`*<|~&$#]|(?<![^\W_])_|_(?![^\W_])|\](?=[(\[])")
+
+
+def md_escape(value: Any) -> str:
+    """``value`` as literal Markdown on one line: run text renders as itself, never as markup,
+    in report.md and the .md tables."""
+    return _MD_SPECIAL.sub(lambda match: "\\" + match.group(0), plain_text(value))
+
+
+def _code(value: Any) -> str:
+    """``value`` as a Markdown code span that backticks inside it cannot close."""
+    text = plain_text(value)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 _LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
           "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-          "<": r"\textless{}", ">": r"\textgreater{}"}
+          "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
+          # braced: a cell starting with "[" would be the optional argument of \\ or \midrule
+          "[": "{[}", "]": "{]}"}
 
 
-def _latex_escape(text: str) -> str:
-    parts = text.split("->")
+def _ascii(text: str) -> str:
+    """pdflatex without extra packages typesets ASCII: accents are dropped (é -> e), any other
+    character becomes '?'."""
+    if text.isascii():
+        return text
+    folded = (ch if ch.isascii() else
+              unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode() for ch in text)
+    return "".join(part or "?" for part in folded)
+
+
+def _latex_escape(value: Any) -> str:
+    """``value`` as literal LaTeX that compiles in a tabular cell (one line, ASCII, every
+    special character escaped; ``->`` as an arrow)."""
+    parts = _ascii(plain_text(value)).split("->")
     return r"$\rightarrow$".join("".join(_LATEX.get(ch, ch) for ch in part) for part in parts)
 
 
@@ -285,15 +338,16 @@ def write_table(frame: pd.DataFrame, stem: str | Path,
 
 
 def _clip(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split())
+    """``text`` on one line (``plain_text``), cut to ``limit`` characters."""
+    text = plain_text(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _excluded_text(excluded: pd.DataFrame) -> str:
     if excluded.empty:
         return ""
-    lines = [f"\n  {r.state}: {r.run_dir}" + (f" ({_clip(r.error)})" if isinstance(r.error, str)
-                                              and r.error else "")
+    lines = [f"\n  {r.state}: {plain_text(r.run_dir)}"
+             + (f" ({_clip(r.error)})" if isinstance(r.error, str) and r.error else "")
              for r in excluded.itertuples()]
     return "".join(lines[:20]) + ("\n  ..." if len(lines) > 20 else "")
 
@@ -313,10 +367,11 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
         "",
         f"Pooled **{n_pooled} completed runs** ({len(a.algorithms)} {a.group_label} value(s) x "
         f"{a.n_runs} seed(s); {len(a.tasks)} compared task(s)) out of {len(inventory)} run "
-        f"directories found under " + ", ".join(f"`{p}`" for p in paths) + ". "
+        f"directories found under " + ", ".join(_code(p) for p in paths) + ". "
         + ", ".join(f"{v} {k}" for k, v in counts.items()) + ".",
         "",
-        f"Grouping: `{a.group_label}`; baseline: `{a.baseline}`; seeds: {a.runs_text()} "
+        f"Grouping: {_code(a.group_label)}; baseline: {_code(a.baseline)}; seeds: "
+        f"{plain_text(a.runs_text())} "
         f"(seeds {', '.join(map(str, a.seeds))}); final scores at progress "
         f"{a.final_progress:.0%}; bootstrap seed {a.seed}" + (" (--paper)" if paper else "")
         + ". Every interval's method and measured coverage: see Methods.",
@@ -331,14 +386,14 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
         "",
         "Normalisation:",
         "",
-        *[f"- {norm.text(env)}" for env, norm in a.normalisations.items()],
+        *[_normalisation_line(env, norm) for env, norm in a.normalisations.items()],
         "",
         "Runs per cell (found / used):",
         "",
         to_markdown(a.cells),
     ]
     if a.notes:
-        lines += ["Notes:", ""] + [f"- {note}" for note in a.notes] + [""]
+        lines += ["Notes:", ""] + [f"- {md_escape(note)}" for note in a.notes] + [""]
     lines += _excluded_lines(inventory.excluded)
     if "controllers" in tables:
         lines += ["## Classic controllers (plume-eval; deterministic references, not pooled)",
@@ -359,6 +414,15 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
     return "\n".join(lines) + "\n"
 
 
+def _normalisation_line(env: str, norm: Any) -> str:
+    """A list item: the environment as code, then its normalisation text escaped (it quotes
+    the score unit and description from the runs' score.json)."""
+    text, head = norm.text(env), f"`{env}`: "
+    if text.startswith(head):
+        return f"- {_code(env)}: {md_escape(text[len(head):])}"
+    return f"- {md_escape(text)}"
+
+
 def _answer_lines(a: Analysis) -> list[str]:
     """The verdicts (or why there are none), then the ranking."""
     lines = ["## Answer", ""]
@@ -374,14 +438,16 @@ def _answer_lines(a: Analysis) -> list[str]:
                   "and the probability of improvement (PoI) with its bootstrap interval. "
                   f"Tasks: see Tasks ({len(a.tasks)} compared)."), ""]
     if a.poi.empty:
-        lines.append(f"No comparison: baseline `{a.baseline}` "
+        lines.append(f"No comparison: baseline {_code(a.baseline)} "
                      + ("not set." if a.baseline is None else "is the only algorithm pooled."))
-    lines += [f"- {sentence}" for sentence in a.answers()]
+    # the sentences quote names, which runs.py admits only without markup characters
+    lines += [f"- {plain_text(sentence)}" for sentence in a.answers()]
     best = a.aggregates.iloc[0]
     interval = ("" if np.isnan(best["IQM_lo"]) else
                 f" [{best['IQM_lo']:.3f}, {best['IQM_hi']:.3f}]")
-    lines += ["", ("Ranking by final IQM (point estimates, not a verdict): " + a.ranking_text()
-                   + f" (first: {best['algorithm']}, IQM {best['IQM']:.3f}{interval})."), ""]
+    lines += ["", plain_text("Ranking by final IQM (point estimates, not a verdict): "
+                             + a.ranking_text() + f" (first: {best['algorithm']}, IQM "
+                             f"{best['IQM']:.3f}{interval})."), ""]
     return lines
 
 
@@ -438,12 +504,15 @@ def _task_lines(a: Analysis) -> list[str]:
     for row in a.task_info.itertuples():
         role = ("compared" if row.role == "compared" else
                 f"saturated (every run scores {row.saturated_at:.3f}), left out")
-        lines.append(f"- `{row.task}`: {row.unit} of env `{row.env}`, trained on "
-                     f"`{row.dataset}`, traces from test set(s) {row.test_sets}: {role}")
+        lines.append(f"- {_code(row.task)}: {row.unit} of env {_code(row.env)}, trained on "
+                     f"{_code(row.dataset)}, traces from test set(s) {md_escape(row.test_sets)}: "
+                     f"{role}")
     return lines + [""]
 
 
 def _excluded_lines(excluded: pd.DataFrame) -> list[str]:
+    """The table of failed, unfinished and broken runs (their error clipped; every cell
+    escaped by ``to_markdown``)."""
     lines = ["## Failed and unfinished runs (listed, not pooled)", ""]
     if excluded.empty:
         return lines + ["None.", ""]
@@ -490,7 +559,7 @@ def _summary(inventory: RunInventory, analysis: Analysis, answers: list[str],
         *[f"note: {n}" for n in analysis.notes],
         f"report: {report}",
     ]
-    return "\n".join(lines)
+    return "\n".join(plain_text(line) for line in lines)  # no run text may drive the terminal
 
 
 # --------------------------------------------------------------------------- command line

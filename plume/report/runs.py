@@ -11,14 +11,19 @@ a report can be built on a machine that only has the run folders.
     scores = load_scores(inventory)   # one row per (completed run, progress, test set, trace)
 
 Failed and unfinished runs stay in the inventory (with their error) and never reach
-``load_scores``.
+``load_scores``. A damaged run is listed, not fatal: :func:`read_run` is the one place that
+reads a run's files, and it checks every file and field the report uses where it reads them; the
+first problem makes the run ``broken`` with a one-line reason naming the file, and the report
+goes on with the other runs.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +36,33 @@ from plume.harness.rundir import effective_state
 
 STATUS = "status.json"
 CONFIG = "config.yaml"
+HYDRA_CONFIG = ".hydra/config.yaml"
 EVAL = "eval.parquet"
 SCORE = "score.json"
-COMPLETED, FAILED, RUNNING = "completed", "failed", "running"
+COMPLETED, FAILED, RUNNING, INTERRUPTED = "completed", "failed", "running", "interrupted"
+BROKEN = "broken"
+#: The states a ``status.json`` may hold (``interrupted``: a running job whose process died).
+STATES = (COMPLETED, FAILED, RUNNING, INTERRUPTED)
 CONTROLLER = "controller"
 """The ``algo`` of a classic controller's run; its ``sampler`` column holds the controller."""
+
+#: Largest size (bytes) of a JSON or YAML run file: real ones are kilobytes (a status with a
+#: long traceback, a few hundred); beyond this the file is taken as corrupt, not parsed.
+TEXT_LIMIT = 16 * 2**20
+#: Largest magnitude of a number read from a run (score, duration, step count): no real run
+#: comes near, and tables print numbers in fixed notation.
+LARGEST = 1e15
+#: Seeds are stored as 64-bit integers; process ids are what ``os.kill`` accepts.
+SEED_RANGE = (-(2**63), 2**63 - 1)
+PID_RANGE = (1, 2**31 - 1)
+#: A name (environment, dataset, algorithm, sampler, experiment, test set, kind) is one line
+#: of at most NAME_LIMIT characters without these: names are printed in report sentences and
+#: figure labels, where they could open code spans, HTML, links, table cells or mathtext.
+NAME_LIMIT = 200
+NAME_FORBIDS = "`<>[]|\\$"
+CHOICES = ("env", "algo", "sampler", "analysis")
+EVAL_REQUIRED = ("test_set", "trace", "return", "length", "progress")
+EVAL_COLUMNS = (*EVAL_REQUIRED, "label", "cluster", "env_steps", "score")
 
 #: Columns of the inventory, in order.
 INVENTORY_COLUMNS = [
@@ -57,16 +84,40 @@ class RunScanError(ValueError):
     """The paths given to the report hold no usable run directory."""
 
 
+class RunFileError(ValueError):
+    """A file of one run directory is unreadable or malformed. The message is one line that
+    starts with the file's name and says what is wrong; the run is listed as broken."""
+
+
+@dataclass
+class RunFiles:
+    """What the report took from one run directory, every field checked (``read_run``).
+
+    ``status`` and ``config`` hold only the checked fields (config flattened: ``env`` is
+    ``env.name``, ``algo`` is ``algo.name``...); ``eval`` is the checked ``eval.parquet`` of a
+    completed run (with a ``score`` column); ``problem`` says why the run is broken."""
+
+    status: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    score: dict[str, Any] = field(default_factory=dict)
+    eval: pd.DataFrame | None = None
+    state: str = BROKEN
+    problem: str | None = None
+
+
 @dataclass
 class RunInventory:
     """Every run directory found under the scanned paths.
 
     ``runs`` has one row per run directory (columns ``INVENTORY_COLUMNS``): state is
-    ``completed``, ``failed``, ``running`` (also: a job killed without writing its failure) or
-    ``broken`` (completed but its ``eval.parquet`` is missing or unreadable)."""
+    ``completed``, ``failed``, ``running``, ``interrupted`` (a running job whose process is
+    gone) or ``broken`` (a run file is unreadable or malformed, or a completed run lacks its
+    ``eval.parquet``; ``error`` says which file and why). ``files`` keeps what was read per
+    run directory, so ``load_scores`` reads nothing twice."""
 
     runs: pd.DataFrame
     paths: list[Path] = field(default_factory=list)
+    files: dict[str, RunFiles] = field(default_factory=dict, repr=False)
 
     @property
     def completed(self) -> pd.DataFrame:
@@ -86,7 +137,9 @@ class RunInventory:
 
 def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     """Run directories at or under ``paths`` (hidden folders such as ``.hydra`` and ``.cache``
-    are skipped; a run directory's own sub-folders are not searched)."""
+    are skipped; a run directory's own sub-folders are not searched). A folder whose
+    ``status.json`` is anything (a directory, a dangling link) is a run directory: it is
+    listed as broken rather than silently missing."""
     found: dict[str, Path] = {}
     for raw in paths:
         path = Path(raw)
@@ -97,11 +150,11 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
                 path = path.parent
             else:
                 raise RunScanError(f"{path}: expected a run directory or a folder of runs")
-        if (path / STATUS).is_file():
+        if os.path.lexists(path / STATUS):
             found.setdefault(str(path.resolve()), path)
             continue
         for folder, subdirs, files in os.walk(path, followlinks=False):
-            if STATUS in files:
+            if STATUS in files or STATUS in subdirs:
                 found.setdefault(str(Path(folder).resolve()), Path(folder))
                 subdirs[:] = []
                 continue
@@ -113,7 +166,7 @@ def scan_runs(paths: str | Path | Sequence[str | Path]) -> RunInventory:
     """Walk any mix of sweep roots and run directories; one inventory row per run directory.
 
     Raises ``RunScanError`` when a path does not exist or nothing under the paths is a run
-    directory."""
+    directory; a damaged run directory is a ``broken`` row, never an exception."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = [Path(p) for p in paths]
@@ -125,78 +178,441 @@ def scan_runs(paths: str | Path | Sequence[str | Path]) -> RunInventory:
             "no run directories found under " + ", ".join(map(str, paths))
             + f" (a run directory is a folder with {STATUS}, written by plume-train)"
         )
-    rows = [_describe(run_dir) for run_dir in run_dirs]
+    files = {str(run_dir): read_run(run_dir) for run_dir in run_dirs}
+    rows = [_describe(run_dir, files[str(run_dir)]) for run_dir in run_dirs]
     frame = pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
     frame["seed"] = frame["seed"].astype("Int64")
     frame = frame.sort_values(["run_dir"], kind="stable").reset_index(drop=True)
-    return RunInventory(frame, paths)
+    return RunInventory(frame, paths, files)
 
 
-def _describe(run_dir: Path) -> dict[str, Any]:
-    status, status_error = _read_status(run_dir)
-    config = _read_config(run_dir)
-    choices = status.get("choices") or {}
-    seed = _first(config.get("seed"), status.get("seed"), _seed_from_name(run_dir.name))
-    env = config.get("env") or {}
-    test_sets = env.get("test_sets")
-    state = effective_state(status) or ("unreadable" if status_error else "unknown")
-    error = status.get("error") or status_error
-    if state == COMPLETED and not (run_dir / EVAL).is_file():
-        state, error = "broken", f"status says completed but {EVAL} is missing"
+def _describe(run_dir: Path, files: RunFiles) -> dict[str, Any]:
+    """The inventory row of one run from its checked files (whatever was read before a
+    problem still names the run)."""
+    status, config = files.status, files.config
+    choices = status.get("choices", {})
+    test_sets = config.get("test_sets")
     return {
         "run_dir": str(run_dir),
         "exp_name": _first(config.get("exp_name"), status.get("exp_name")),
-        "env": _first(env.get("name"), choices.get("env")),
-        "dataset": env.get("dataset"),
+        "env": _first(config.get("env"), choices.get("env")),
+        "dataset": config.get("dataset"),
         # A classic controller's run (plume-eval) is listed as algo "controller".
-        "algo": CONTROLLER if "controller" in config else _first(
-            (config.get("algo") or {}).get("name"), choices.get("algo")),
-        "sampler": _first(config.get("controller"), (config.get("sampler") or {}).get("name"),
+        "algo": CONTROLLER if config.get("is_controller") else _first(
+            config.get("algo"), choices.get("algo")),
+        "sampler": _first(config.get("controller"), config.get("sampler"),
                           choices.get("sampler")),
         "analysis": choices.get("analysis"),
-        "seed": None if seed is None else int(seed),
+        "seed": _first(config.get("seed"), status.get("seed"), _seed_from_name(run_dir.name)),
         "config_key": run_dir.parent.name,
-        "state": state,
-        "error": error,
+        "state": files.state,
+        "error": files.problem or status.get("error"),
         "elapsed": status.get("elapsed_s"),
-        "total_steps": (config.get("train") or {}).get("total_steps"),
-        "eval_points": (config.get("train") or {}).get("eval_points"),
-        "test_sets": ",".join(map(str, test_sets)) if test_sets else None,
-        "score_name": (read_score_file(run_dir).get("score") or {}).get("name"),
+        "total_steps": config.get("total_steps"),
+        "eval_points": config.get("eval_points"),
+        "test_sets": ",".join(test_sets) if test_sets else None,
+        "score_name": files.score.get("score", {}).get("name"),
     }
 
 
-def read_score_file(run_dir: Path) -> dict[str, Any]:
-    """The run's ``score.json`` (score name, unit, normalisation per test set); {} when the run
-    has none (it predates the file) or it is unreadable."""
+# --------------------------------------------------------------------------- reading one run
+
+
+def read_run(run_dir: str | Path) -> RunFiles:
+    """Read and check every file of ``run_dir`` the report uses: the one place that says
+    "this run's files, or why not". The first unreadable file or malformed field makes the
+    run broken (``problem`` names the file and what is wrong); the other files are still
+    read, so the row names the run. Nothing here raises for a damaged run."""
+    run_dir = Path(run_dir)
+    files = RunFiles()
+    problems: list[str] = []
+    readers = (("status", lambda: _check_status(_load_json(run_dir / STATUS, STATUS))),
+               ("config", lambda: _read_config(run_dir)),
+               ("score", lambda: _read_score(run_dir)))
+    for attribute, read in readers:
+        try:
+            setattr(files, attribute, read())
+        except RunFileError as err:
+            problems.append(str(err))
+    if not problems:
+        files.state = effective_state(files.status)  # safe: the fields it reads are checked
+        if files.state == COMPLETED:
+            try:
+                files.eval = _read_completed_eval(run_dir, files)
+            except RunFileError as err:
+                problems.append(str(err))
+    if problems:
+        files.state, files.problem, files.eval = BROKEN, problems[0], None
+    return files
+
+
+def read_score_file(run_dir: str | Path) -> dict[str, Any]:
+    """The run's checked ``score.json`` (score name and unit, normalisation description and
+    floor/ceiling per test set); {} when the run has none (it predates the file) or it is
+    malformed (such a run is broken, never pooled)."""
     try:
-        loaded = json.loads((Path(run_dir) / SCORE).read_text())
-    except (OSError, json.JSONDecodeError):
+        return _read_score(Path(run_dir))
+    except RunFileError:
         return {}
-    return loaded if isinstance(loaded, dict) else {}
-
-
-def _read_status(run_dir: Path) -> tuple[dict[str, Any], str | None]:
-    try:
-        return json.loads((run_dir / STATUS).read_text()), None
-    except (OSError, json.JSONDecodeError) as err:
-        return {}, f"{STATUS} unreadable: {err}"
 
 
 def _read_config(run_dir: Path) -> dict[str, Any]:
-    """The resolved ``config.yaml``; ``.hydra/config.yaml`` when a job failed before writing
+    """The checked ``config.yaml``; ``.hydra/config.yaml`` when a job failed before writing
     it; {} when neither exists."""
+    for name in (CONFIG, HYDRA_CONFIG):
+        if os.path.lexists(run_dir / name):
+            return _check_config(_load_yaml(run_dir / name, name), name)
+    return {}
+
+
+def _read_score(run_dir: Path) -> dict[str, Any]:
+    if not os.path.lexists(run_dir / SCORE):
+        return {}
+    return _check_score(_load_json(run_dir / SCORE, SCORE))
+
+
+def _read_completed_eval(run_dir: Path, files: RunFiles) -> pd.DataFrame:
+    """A completed run's checked ``eval.parquet``, consistent with its other files: it names
+    its environment, and ``score.json`` (when it has anchors) covers every test set."""
+    if not os.path.lexists(run_dir / EVAL):
+        raise RunFileError(f"status says completed but {EVAL} is missing")
+    table = _read_eval(run_dir / EVAL)
+    if _first(files.config.get("env"), files.status.get("choices", {}).get("env")) is None:
+        raise RunFileError(f"{CONFIG}: no env.name (nor choices.env in {STATUS}) for a "
+                           "completed run")
+    anchors = files.score.get("normalisation", {}).get("test_sets", {})
+    uncovered = sorted(set(table["test_set"]) - set(anchors)) if anchors else []
+    if uncovered:
+        raise RunFileError(f"{SCORE}: no floor and ceiling for test set(s) {uncovered} of {EVAL}")
+    return table
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _regular_file(path: Path, name: str, limit: int | None = None) -> None:
+    """RunFileError unless ``path`` is a regular file (not a directory, pipe or device, no
+    dangling or looping link) of at most ``limit`` bytes."""
+    try:
+        info = path.stat()
+    except OSError as err:
+        raise RunFileError(f"{name}: cannot be read ({_os_reason(err)})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise RunFileError(f"{name}: is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise RunFileError(f"{name}: is not a regular file")
+    if limit is not None and info.st_size > limit:
+        raise RunFileError(f"{name}: too large ({info.st_size} bytes; at most {limit})")
+
+
+def _read_text(path: Path, name: str) -> str:
+    """The UTF-8 text of a small regular file that is not blank."""
+    _regular_file(path, name, TEXT_LIMIT)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise RunFileError(f"{name}: cannot be read ({_os_reason(err)})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RunFileError(f"{name}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+                           f"{err.start})") from None
+    if not text.strip():
+        raise RunFileError(f"{name}: empty file")
+    return text
+
+
+def _load_json(path: Path, name: str) -> Any:
+    text = _read_text(path, name)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RunFileError(f"{name}: not valid JSON ({err.msg}: line {err.lineno}, column "
+                           f"{err.colno})") from None
+    except RecursionError:
+        raise RunFileError(f"{name}: nested too deeply to parse") from None
+    except ValueError as err:  # e.g. an integer with more digits than Python converts
+        raise RunFileError(f"{name}: not valid JSON ({_first_line(err)})") from None
+
+
+def _load_yaml(path: Path, name: str) -> Any:
     import yaml
 
-    for candidate in (run_dir / CONFIG, run_dir / ".hydra" / "config.yaml"):
-        if candidate.is_file():
-            try:
-                loaded = yaml.safe_load(candidate.read_text())
-            except yaml.YAMLError:
-                continue
-            if isinstance(loaded, dict):
-                return loaded
-    return {}
+    text = _read_text(path, name)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise RunFileError(f"{name}: not valid YAML ({problem}{at})") from None
+    except RecursionError:
+        raise RunFileError(f"{name}: nested too deeply to parse") from None
+    except (ValueError, OverflowError) as err:  # a tagged value YAML cannot build (a date)
+        raise RunFileError(f"{name}: holds a value YAML cannot build ({_first_line(err)})"
+                           ) from None
+
+
+def _os_reason(err: OSError) -> str:
+    return err.strerror or type(err).__name__
+
+
+def _first_line(err: BaseException, limit: int = 100) -> str:
+    """'ArrowInvalid: Parquet magic bytes not found in footer': the error's type and first
+    sentence, on one line, for a reason that stays short."""
+    detail = " ".join(str(err).split()).split(". ")[0].rstrip(".")
+    text = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- fields
+
+
+def _check_status(status: Any) -> dict[str, Any]:
+    """The fields of ``status.json`` the report uses, checked. ``pid``, ``host`` and
+    ``heartbeat`` are read (by ``effective_state``) only for a running job."""
+    if not isinstance(status, dict):
+        raise RunFileError(f"{STATUS}: holds {_kind(status)}, not a JSON object")
+    at = f"{STATUS}: "
+    state = status.get("state")
+    if state is None:
+        raise RunFileError(f"{at}no state")
+    if state not in STATES:
+        raise RunFileError(f"{at}unknown state {_show(state)} (expected "
+                           f"{', '.join(STATES[:-1])} or {STATES[-1]})")
+    choices = _mapping(status.get("choices"), f"{at}choices")
+    checked = {
+        "state": state,
+        "error": _text(status.get("error"), f"{at}error"),
+        "elapsed_s": _real(status.get("elapsed_s"), f"{at}elapsed_s", low=0.0),
+        "exp_name": _name(status.get("exp_name"), f"{at}exp_name"),
+        "seed": _whole(status.get("seed"), f"{at}seed", SEED_RANGE),
+        "choices": {key: _name(choices.get(key), f"{at}choices.{key}") for key in CHOICES},
+    }
+    if state == RUNNING:
+        checked["host"] = _text(status.get("host"), f"{at}host", limit=NAME_LIMIT)
+        checked["pid"] = _whole(status.get("pid"), f"{at}pid", PID_RANGE, "a process id")
+        checked["heartbeat"] = _real(status.get("heartbeat"), f"{at}heartbeat")
+    return checked
+
+
+def _check_config(config: Any, name: str) -> dict[str, Any]:
+    """The fields of a resolved config the report uses, checked and flattened."""
+    if not isinstance(config, dict):
+        raise RunFileError(f"{name}: holds {_kind(config)}, not a YAML mapping")
+    at = f"{name}: "
+    env = _mapping(config.get("env"), f"{at}env")
+    train = _mapping(config.get("train"), f"{at}train")
+    test_sets = env.get("test_sets")
+    if test_sets is not None and not (
+            isinstance(test_sets, list)
+            and all(isinstance(t, str) and t.strip() and t.isprintable() for t in test_sets)):
+        raise RunFileError(f"{at}env.test_sets is {_kind(test_sets)} ({_show(test_sets)}), "
+                           "not a list of test set names")
+    steps = (0, SEED_RANGE[1])
+    return {
+        "exp_name": _name(config.get("exp_name"), f"{at}exp_name"),
+        "seed": _whole(config.get("seed"), f"{at}seed", SEED_RANGE),
+        "env": _name(env.get("name"), f"{at}env.name"),
+        "dataset": _name(env.get("dataset"), f"{at}env.dataset"),
+        "test_sets": test_sets,
+        "algo": _name(_mapping(config.get("algo"), f"{at}algo").get("name"), f"{at}algo.name"),
+        "sampler": _name(_mapping(config.get("sampler"), f"{at}sampler").get("name"),
+                         f"{at}sampler.name"),
+        "controller": _name(config.get("controller"), f"{at}controller"),
+        "is_controller": "controller" in config,
+        "total_steps": _whole(train.get("total_steps"), f"{at}train.total_steps", steps),
+        "eval_points": _whole(train.get("eval_points"), f"{at}train.eval_points", steps),
+    }
+
+
+def _check_score(score: Any) -> dict[str, Any]:
+    """The fields of ``score.json`` the report uses, checked; absent ones are left out (as
+    in a run that predates them)."""
+    if not isinstance(score, dict):
+        raise RunFileError(f"{SCORE}: holds {_kind(score)}, not a JSON object")
+    at = f"{SCORE}: "
+    spec = _mapping(score.get("score"), f"{at}score")
+    norm = _mapping(score.get("normalisation"), f"{at}normalisation")
+    anchors = {}
+    for test_set, pair in _mapping(norm.get("test_sets"), f"{at}normalisation.test_sets").items():
+        where = f"{at}normalisation.test_sets.{_show(test_set)}"
+        _name(test_set, f"{at}test set")
+        pair = _mapping(pair, where)
+        anchors[test_set] = {key: _real(pair.get(key), f"{where}.{key}", required=True)
+                             for key in ("floor", "ceiling")}
+    return {
+        "score": _present(name=_name(spec.get("name"), f"{at}score.name"),
+                          unit=_text(spec.get("unit"), f"{at}score.unit", limit=NAME_LIMIT)),
+        "normalisation": _present(
+            description=_text(norm.get("description"), f"{at}normalisation.description",
+                              limit=10_000),
+            test_sets=anchors),
+    }
+
+
+def _mapping(value: Any, where: str) -> dict[Any, Any]:
+    """``value`` when it is a mapping, {} when absent (null)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RunFileError(f"{where} is {_kind(value)}, not a mapping")
+    return value
+
+
+def _name(value: Any, where: str) -> str | None:
+    """A name (see NAME_FORBIDS), or None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RunFileError(f"{where} is {_kind(value)} ({_show(value)}), not a name")
+    if (not value.strip() or value != value.strip() or len(value) > NAME_LIMIT
+            or not value.isprintable() or any(ch in NAME_FORBIDS for ch in value)):
+        raise RunFileError(f"{where} {_show(value)} is not a plain name (one line of at most "
+                           f"{NAME_LIMIT} characters, none of {' '.join(NAME_FORBIDS)})")
+    return value
+
+
+def _text(value: Any, where: str, limit: int | None = None) -> str | None:
+    """Free text (escaped wherever it is printed), or None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RunFileError(f"{where} is {_kind(value)} ({_show(value)}), not text")
+    if limit is not None and len(value) > limit:
+        raise RunFileError(f"{where} is too long ({len(value)} characters; at most {limit})")
+    return value
+
+
+def _whole(value: Any, where: str, bounds: tuple[int, int],
+           what: str = "a whole number") -> int | None:
+    """An integer within ``bounds``, or None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RunFileError(f"{where} is {_kind(value)} ({_show(value)}), not {what}")
+    if not bounds[0] <= value <= bounds[1]:
+        raise RunFileError(f"{where} {_show(value)} is out of range ({bounds[0]} to "
+                           f"{bounds[1]})")
+    return value
+
+
+def _real(value: Any, where: str, *, low: float = -LARGEST, required: bool = False
+          ) -> float | None:
+    """A finite number in [low, LARGEST], or None when absent (unless ``required``)."""
+    if value is None and not required:
+        return None
+    if value is None:
+        raise RunFileError(f"{where} is missing")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RunFileError(f"{where} is {_kind(value)} ({_show(value)}), not a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RunFileError(f"{where} is {value!r}, not a finite number")
+    if not low <= value <= LARGEST:
+        raise RunFileError(f"{where} {_show(value)} is out of range ({low:g} to {LARGEST:g})")
+    return float(value)
+
+
+def _kind(value: Any) -> str:
+    """How a JSON/YAML value is named in a reason: 'a list', 'a string', 'null'."""
+    if value is None:
+        return "null"
+    for types, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"),
+                        (dict, "a mapping"), (list, "a list")):
+        if isinstance(value, types):
+            return name
+    return f"a {type(value).__name__}"
+
+
+def _show(value: Any, limit: int = 40) -> str:
+    """A short, one-line repr of a value for a reason (controls escaped)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _present(**values: Any) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+# --------------------------------------------------------------------------- eval.parquet
+
+
+def _read_eval(path: Path) -> pd.DataFrame:
+    """The columns of ``eval.parquet`` the report uses, checked, with ``score`` (the episode
+    score, or for runs that predate it the QoE per chunk ``return / length``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _regular_file(path, EVAL)
+    # Parquet decoders raise many types on damaged bytes; each of these means "unreadable".
+    errors = (pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError,
+              NotImplementedError, MemoryError)
+    try:
+        available = set(pq.read_schema(path).names)
+        missing = sorted(set(EVAL_REQUIRED) - available)
+        table = None if missing else pq.read_table(
+            path, columns=[c for c in EVAL_COLUMNS if c in available]).to_pandas()
+    except errors as err:
+        raise RunFileError(f"{EVAL}: not a readable Parquet file ({_first_line(err)})") from None
+    if missing:
+        raise RunFileError(f"{EVAL}: missing column(s) {missing}")
+    if table.empty:
+        raise RunFileError(f"{EVAL}: no rows")
+    for column in ("return", "length", "progress", "env_steps", "score"):
+        if column in table and not _numeric(table[column]):
+            raise RunFileError(f"{EVAL}: column {column!r} holds {table[column].dtype} values, "
+                               "not numbers")
+    if "score" not in table:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            table["score"] = _floats(table["return"]) / _floats(table["length"])
+    _check_values(table, "progress", 0.0, 1.0, allow_missing=False)
+    _check_values(table, "score", -LARGEST, LARGEST, allow_missing=True)  # NaN: stats drops
+    if "env_steps" in table:
+        _check_values(table, "env_steps", 0.0, LARGEST, allow_missing=True)
+    if table["trace"].isna().any():
+        raise RunFileError(f"{EVAL}: column 'trace' has missing values")
+    _check_names(table, "test_set", allow_missing=False)
+    _check_names(table, "label", allow_missing=True)
+    if "cluster" in table and not _numeric(table["cluster"]):
+        _check_names(table, "cluster", allow_missing=True)
+    return table.drop(columns=[c for c in ("return", "length") if c in table])
+
+
+def _numeric(column: pd.Series) -> bool:
+    return (pd.api.types.is_numeric_dtype(column)
+            and not pd.api.types.is_bool_dtype(column)) or column.isna().all()
+
+
+def _floats(column: pd.Series) -> np.ndarray:
+    return column.to_numpy(dtype=float, na_value=np.nan)
+
+
+def _check_values(table: pd.DataFrame, column: str, low: float, high: float, *,
+                  allow_missing: bool) -> None:
+    """RunFileError naming the first value of ``column`` outside [low, high] (or missing,
+    unless ``allow_missing``: non-finite scores are left out later, with a note)."""
+    values = _floats(table[column])
+    bad = (values < low) | (values > high)
+    if not allow_missing:
+        bad |= ~np.isfinite(values)
+    if bad.any():
+        first = float(values[bad][0])
+        raise RunFileError(f"{EVAL}: {column} {first!r} is outside [{low:g}, {high:g}] "
+                           f"({int(bad.sum())} row(s))")
+
+
+def _check_names(table: pd.DataFrame, column: str, *, allow_missing: bool) -> None:
+    if column not in table:
+        return
+    values = table[column]
+    if values.isna().any() and not allow_missing:
+        raise RunFileError(f"{EVAL}: column {column!r} has missing values")
+    for value in pd.unique(values.dropna()):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+            _name(value, f"{EVAL}: {column}")
+
+
+# --------------------------------------------------------------------------- scores
 
 
 def _anchor(test_sets: pd.Series, anchors: dict, key: str) -> np.ndarray:
@@ -205,7 +621,7 @@ def _anchor(test_sets: pd.Series, anchors: dict, key: str) -> np.ndarray:
 
 
 def _seed_from_name(name: str) -> int | None:
-    match = re.fullmatch(r"seed=(-?\d+)", name)
+    match = re.fullmatch(r"seed=(-?\d{1,18})", name)
     return int(match.group(1)) if match else None
 
 
@@ -216,32 +632,27 @@ def _first(*values: Any) -> Any:
     return None
 
 
+def _run_files(inventory: RunInventory, run_dir: str) -> RunFiles:
+    """What the scan read for ``run_dir`` (read again for an inventory built by hand);
+    RunScanError when that run cannot be pooled."""
+    files = inventory.files.get(run_dir) or read_run(run_dir)
+    if files.eval is None:
+        raise RunScanError(f"{run_dir}: {files.problem or 'not a completed run'}")
+    return files
+
+
 def load_scores(inventory: RunInventory) -> pd.DataFrame:
     """Tidy test scores of the COMPLETED runs: one row per (run, progress, test set, trace).
 
     ``score`` is the environment's score of each episode (eval.parquet's ``score`` column; the
     QoE per chunk ``return / length`` for runs that predate it). ``label`` is the ground-truth
-    kind (NA when the
-    test set has none), ``cluster`` the trace's cluster when ``eval.parquet`` records one (NA
-    otherwise). Columns: ``SCORE_COLUMNS``."""
-    import pyarrow.parquet as pq
-
+    kind (NA when the test set has none), ``cluster`` the trace's cluster when
+    ``eval.parquet`` records one (NA otherwise). Columns: ``SCORE_COLUMNS``."""
     frames = []
     for run in inventory.completed.itertuples(index=False):
-        path = Path(run.run_dir) / EVAL
-        available = set(pq.read_schema(path).names)
-        wanted = ["test_set", "trace", "label", "cluster", "return", "length", "progress",
-                  "env_steps", "score"]
-        missing = {"test_set", "trace", "return", "length", "progress"} - available
-        if missing:
-            raise RunScanError(f"{path}: missing column(s) {sorted(missing)}")
-        table = pd.read_parquet(path, columns=[c for c in wanted if c in available])
-        if "score" in table:
-            score = table["score"].to_numpy(float)
-        else:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                score = table["return"].to_numpy(float) / table["length"].to_numpy(float)
-        anchors = (read_score_file(run.run_dir).get("normalisation") or {}).get("test_sets", {})
+        files = _run_files(inventory, run.run_dir)
+        table = files.eval
+        anchors = files.score.get("normalisation", {}).get("test_sets", {})
         test_sets = table["test_set"].astype(str)
         frame = pd.DataFrame({
             "env": run.env,
@@ -250,13 +661,13 @@ def load_scores(inventory: RunInventory) -> pd.DataFrame:
             "sampler": run.sampler,
             "config_key": run.config_key,
             "seed": run.seed,
-            "progress": table["progress"].to_numpy(float),
+            "progress": _floats(table["progress"]),
             "env_steps": table["env_steps"].to_numpy() if "env_steps" in table else pd.NA,
-            "test_set": table["test_set"].astype(str).to_numpy(),
+            "test_set": test_sets.to_numpy(),
             "trace": table["trace"].to_numpy(),
             "label": table.get("label", pd.NA),
             "cluster": table.get("cluster", pd.NA),
-            "score": score,
+            "score": _floats(table["score"]),
             "run_dir": run.run_dir,
             "exp_name": run.exp_name,
             "analysis": run.analysis,
@@ -274,13 +685,17 @@ def load_scores(inventory: RunInventory) -> pd.DataFrame:
 
 
 __all__ = [
+    "BROKEN",
     "CONTROLLER",
     "INVENTORY_COLUMNS",
     "SCORE_COLUMNS",
+    "RunFileError",
+    "RunFiles",
     "RunInventory",
     "RunScanError",
     "find_run_dirs",
     "load_scores",
+    "read_run",
     "read_score_file",
     "scan_runs",
 ]
