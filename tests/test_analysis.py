@@ -608,7 +608,8 @@ def test_helpers_against_ground_truth():
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dataset", list(DATASETS))
+@pytest.mark.parametrize("dataset", [pytest.param(d, marks=() if i == 0 else pytest.mark.slow)
+                                     for i, d in enumerate(DATASETS)])
 def test_default_pipeline_recovers_the_four_kinds(dataset):
     traces = load_tracebench(dataset, "train")
     result = analyze(traces)

@@ -351,8 +351,8 @@ def test_a_csv_folder_is_a_dataset_the_harness_checks_and_replays(compose_cfg, t
     job = validate(compose_cfg("env=lb", f"env.dataset={tmp_path / 'jobs'}",
                                "env.trace_format=csv"))
     assert job.env.test_sets == [str(tmp_path / "jobs")]
-    train = load_checked(SPEC, job.env.dataset, "train", "csv", job.env_params)
-    test = load_checked(SPEC, job.env.dataset, "test", "csv", job.env_params)
+    train = load_checked(SPEC, job.env, job.env.dataset, "train", job.env_params)
+    test = load_checked(SPEC, job.env, job.env.dataset, "test", job.env_params)
     assert len(train) + len(test) == 30 and set(train.lengths.tolist()) == {25}
     compare_with_reference(test, uniform, episodes=1)
 

@@ -212,25 +212,27 @@ def test_jobs_in_a_reused_joblib_worker_match_jobs_in_fresh_processes(tmp_path):
     failed = runner.launch(reused, runner.launcher_overrides(
         ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", PROBE], 2), progress_every_s=60)
     assert failed == []
-    fresh = tiny_jobs(3, tmp_path / "fresh")
-    for item in fresh:  # one plume-train process per job
-        subprocess.run([sys.executable, "-m", "plume.harness.train", *item.args, PROBE],
-                       cwd=REPO, env=plume_train_env(), check=True, capture_output=True)
-    probes = [[json.loads((p.run_dir / "probe.json").read_text()) for p in side]
-              for side in (reused, fresh)]
-    pids = [p["pid"] for p in probes[0]]
+    in_worker = [json.loads((p.run_dir / "probe.json").read_text()) for p in reused]
+    pids = [p["pid"] for p in in_worker]
     assert len(set(pids)) < len(pids) and os.getpid() not in pids  # a loky worker ran two jobs
-    for in_worker, in_fresh, a, b in zip(*probes, reused, fresh):
-        assert in_worker["rngs"] == in_fresh["rngs"]  # seeded from the job seed, not leftovers
-        assert in_worker["threads_at_start"] == in_fresh["threads_at_start"] == 1
-        assert in_worker["threads_in_job"] == in_fresh["threads_in_job"] == 1
-        assert not in_worker["wandb_open_at_start"] and not in_fresh["wandb_open_at_start"]
-        shared = in_worker["modules"].keys() & in_fresh["modules"].keys()
+    assert len({json.dumps(p["rngs"]) for p in in_worker}) == 3  # each seed its own streams
+    # the jobs that started in a worker an earlier job had left dirty, each against a fresh
+    # plume-train process of the same job
+    second = [i for i, p in enumerate(in_worker) if p["pid"] in pids[:i]]
+    fresh = tiny_jobs(3, tmp_path / "fresh")
+    for i in second:
+        subprocess.run([sys.executable, "-m", "plume.harness.train", *fresh[i].args, PROBE],
+                       cwd=REPO, env=plume_train_env(), check=True, capture_output=True)
+        in_fresh = json.loads((fresh[i].run_dir / "probe.json").read_text())
+        assert in_worker[i]["rngs"] == in_fresh["rngs"]  # seeded from the job seed
+        assert in_worker[i]["threads_at_start"] == in_fresh["threads_at_start"] == 1
+        assert in_worker[i]["threads_in_job"] == in_fresh["threads_in_job"] == 1
+        assert not in_worker[i]["wandb_open_at_start"] and not in_fresh["wandb_open_at_start"]
+        shared = in_worker[i]["modules"].keys() & in_fresh["modules"].keys()
         assert len(shared) > 20
-        assert {k: in_worker["modules"][k] for k in shared} == {
+        assert {k: in_worker[i]["modules"][k] for k in shared} == {
             k: in_fresh["modules"][k] for k in shared}
-        assert _results(a.run_dir) == _results(b.run_dir)
-    assert len({json.dumps(p["rngs"]) for p in probes[1]}) == 3  # each seed its own streams
+        assert _results(reused[i].run_dir) == _results(fresh[i].run_dir)
 
 
 def test_job_isolation_seeds_global_rngs_and_sets_threads():

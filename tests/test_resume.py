@@ -60,7 +60,14 @@ def _assert_resume_is_exact(cfg, tmp_path, monkeypatch, kills: list[int]) -> Run
     return run
 
 
-ALGOS_SAMPLERS = [(a, s) for a in ("ppo", "a2c", "dqn") for s in conf_options("sampler")]
+# The default suite resumes each algorithm with the samplers that keep the most state (a
+# predictor and its optimiser, learner-signal scores, policy consultations, slopes, bins); the
+# whole matrix runs with -m slow.
+DEFAULT_RESUMES = {("ppo", "plume_dynamic"), ("a2c", "plr"), ("dqn", "genet"), ("ppo", "tscl"),
+                   ("a2c", "cl2"), ("dqn", "uniform")}
+ALGOS_SAMPLERS = [pytest.param(a, s, marks=() if (a, s) in DEFAULT_RESUMES
+                               else pytest.mark.slow)
+                  for a in ("ppo", "a2c", "dqn") for s in conf_options("sampler")]
 
 
 @pytest.mark.parametrize("algo,sampler", ALGOS_SAMPLERS)

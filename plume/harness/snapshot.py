@@ -25,7 +25,7 @@ from plume.envs.replay import derived_tables
 from plume.harness.statefile import CODE, Encoded, StateRefused, class_name, decode, encode
 from plume.traces import TraceSet
 
-__all__ = ["StateRefused", "dumps", "loads", "classes_of"]
+__all__ = ["StateRefused", "classes_of", "dumps", "loads"]
 
 
 def dumps(obj: Any, traces: TraceSet) -> Encoded:

@@ -25,10 +25,12 @@ import enum
 import functools
 import json
 import math
+import sys
 import types
 from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass
-from typing import Any, Hashable, Mapping
+from typing import Any
+from collections.abc import Hashable, Mapping
 
 import numpy as np
 
@@ -105,7 +107,7 @@ def load(file) -> Any:
 
     try:
         payload = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as err:  # torn zip, truncated file, a pickle naming a global: refused
+    except Exception as err:  # noqa: BLE001 (torn zip, truncated file, a pickle: refused)
         detail = str(err).strip().splitlines()[0] if str(err).strip() else "no detail"
         raise StateRefused(f"not a data-only state file ({type(err).__name__}: "
                            f"{detail[:200]})") from None
@@ -254,7 +256,8 @@ class _Encoder:
 
 
 def _is_tensor(value: Any) -> bool:
-    torch = __import__("sys").modules.get("torch")
+    """A torch tensor (torch need not be imported for a state without any)."""
+    torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
 
 

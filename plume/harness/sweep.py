@@ -18,7 +18,8 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from plume.harness.errors import ConfigError, JobRefused
 
@@ -55,7 +56,7 @@ class SweepOutcome:
         for overrides, result in zip(batch, results):
             try:
                 with contextlib.redirect_stderr(io.StringIO()):  # Hydra's "Error executing
-                    result.return_value  # job" line; this raises what the job raised
+                    _ = result.return_value  # job" line; raises what the job raised
             except JobRefused as err:
                 self._note(self.refused, overrides, "refused", err)
             except Exception as err:  # noqa: BLE001 (a bug in a job: reported, others go on)

@@ -37,6 +37,7 @@ from plume.harness.datasets import make_env
 from plume.harness.errors import JobRefused
 from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
 from plume.harness.monitor import TrainingMonitor
+from plume.harness.preflight import JobInputs, check_train
 from plume.harness.progress import Progress, format_clock  # noqa: F401 (format_clock: public here too)
 from plume.harness.rundir import (
     COMPLETED,
@@ -57,7 +58,6 @@ from plume.harness.samplers import (
     run_analysis,
     sampler_controllers,
 )
-from plume.harness.preflight import JobInputs, check_train
 from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
