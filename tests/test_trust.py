@@ -106,6 +106,22 @@ def test_a_checkpoint_is_data_that_torch_loads_with_weights_only(compose_cfg, tm
     assert state["env_steps"] == 2048 and isinstance(state["in_flight"], statefile.Encoded)
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", '{"state": "running", "pid": "abc"}', "\xff"])
+def test_a_damaged_status_is_not_trusted_and_the_job_trains_afresh(compose_cfg, tmp_path,
+                                                                     caplog, text):
+    cfg, run, expected = _interrupted_run(compose_cfg, tmp_path)
+    (run.path / "status.json").write_text(text, errors="surrogateescape")
+    with caplog.at_level("WARNING", logger="plume"):
+        run_job(cfg, run.path)
+    if text.startswith("{"):  # a JSON object: its pid is unknown, the job resumes
+        assert run.status()["resumes"][0]["from_env_steps"] == 2048
+    else:
+        assert "status.json is not a Plume status; the job starts afresh" in caplog.text
+        assert run.status()["resumes"] == []
+    assert run.status()["state"] == "completed"
+    assert (run.path / "eval.parquet").read_bytes() == expected
+
+
 # --------------------------------------------------------------------------- data first
 
 def _plume_train_here(monkeypatch, capsys, *args: str) -> tuple[int, str]:
