@@ -7,7 +7,6 @@ command exits non-zero. The jobs, batches and launchers are Hydra's own.
 """
 
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -15,6 +14,7 @@ from typing import Any, Dict, List, Optional
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.utils import get_method
 from omegaconf import OmegaConf
 
 
@@ -37,9 +37,7 @@ class PlumeSweeper(BasicSweeper):
                  params: Optional[Dict[str, str]] = None,
                  check: str = PlumeSweeperConf.check, app: str = PlumeSweeperConf.app) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
-        module, _, name = check.rpartition(".")
-        self.check = getattr(importlib.import_module(module), name)
-        self.app = app
+        self.check, self.app = get_method(check), app
 
     def sweep(self, arguments: List[str]) -> Any:
         from plume.harness.sweep import SweepOutcome

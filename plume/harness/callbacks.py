@@ -9,13 +9,13 @@ are checked by the ``plume`` sweeper before it launches them, and by each job ag
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import traceback
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from hydra.utils import get_method
 from omegaconf import DictConfig
 
 from plume.harness.errors import ConfigError
@@ -27,9 +27,7 @@ class ValidateFirst(Callback):
 
     def __init__(self, app: str = "plume-train",
                  check: str = "plume.harness.preflight.check_train") -> None:
-        self.app = app
-        module, _, name = check.rpartition(".")
-        self.check = getattr(importlib.import_module(module), name)
+        self.app, self.check = app, get_method(check)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:

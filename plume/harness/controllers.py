@@ -14,7 +14,6 @@ learned runs (as a reference, never pooled into their bootstrap statistics).
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 import traceback
@@ -23,12 +22,10 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from plume.harness import sweep
 from plume.harness.anchors import SCORE_FILE, score_description
-from plume.harness.errors import JobRefused
 from plume.harness.evaluation import Evaluator, eval_scores
 from plume.harness.rundir import (
     COMPLETED,
@@ -39,7 +36,12 @@ from plume.harness.rundir import (
     RunDirectory,
     discard_unused,
 )
-from plume.harness.schema import ConfigError, env_section, resolve_env_defaults
+from plume.harness.schema import (
+    ConfigError,
+    check_inside_root,
+    env_section,
+    resolve_env_defaults,
+)
 from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
 
 log = logging.getLogger("plume")
@@ -58,12 +60,7 @@ def eval_job(cfg: DictConfig) -> dict[str, Any] | None:
     try:
         return run_controller(cfg, Path(hydra_cfg.runtime.output_dir))
     except ConfigError as err:  # the user's mistake: one line, no traceback
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        if hydra_cfg.mode != RunMode.RUN:  # a sweep's job: the sweeper prints it
-            raise JobRefused(str(err)) from None
-        print(f"plume-eval: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sweep.refuse("plume-eval", err, hydra_cfg.mode)
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")(eval_job)
@@ -73,6 +70,7 @@ def check_controller(cfg: DictConfig):
     """``(env section, EnvSpec, params, controller name)`` of a plume-eval config; ConfigError
     for a bad env key or a controller the env does not have (before any evaluation)."""
     env, spec, params = env_section(cfg.get("env"))
+    check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
     name = str(cfg.get("controller"))
     if name not in spec.controllers:
         raise ConfigError(f"controller={name!r} is not a controller of env {spec.name!r}; "

@@ -12,9 +12,8 @@ run reads its trace files once.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -23,8 +22,6 @@ from plume.harness.datasets import is_builtin, load_checked, load_test_sets, mak
 from plume.harness.errors import ConfigError
 from plume.harness.schema import JobConfig, analysis_settings, env_section, validate
 from plume.traces import TraceSet
-
-log = logging.getLogger("plume")
 
 
 @dataclass(frozen=True)
@@ -39,10 +36,8 @@ class JobInputs:
 def check_train(cfg: DictConfig) -> JobInputs:
     """The job's config, its trace data (train split and every test set) and the fit of its
     algorithm to the environment, checked; ConfigError (one line) otherwise."""
-    job = validate(cfg)
-    check_inside_root(job.paths.root, exp_name=job.exp_name)
-    inputs = load_inputs(job)
-    _check_algorithm_fits(job, inputs.train_traces)
+    inputs = load_inputs(validate(cfg))
+    _check_algorithm_fits(inputs.job, inputs.train_traces)
     return inputs
 
 
@@ -51,7 +46,6 @@ def check_eval(cfg: DictConfig):
     from plume.harness.controllers import check_controller
 
     env, spec, params, name = check_controller(cfg)
-    check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
     key = ("eval", spec.name, tuple(env.test_sets), env.trace_format,
            env.max_padded_samples, repr(params))
     test_sets = _cached(key, spec, env.test_sets, lambda: load_test_sets(spec, env, params))
@@ -70,16 +64,6 @@ def check_analyze(cfg: DictConfig):
     traces = _cached(key, spec, [env.dataset], lambda: load_checked(
         spec, env, env.dataset, split, params))
     return env, spec, settings, traces
-
-
-def check_inside_root(root: str, **names: str) -> None:
-    """Each named value becomes folders under ``root``: it must stay there (relative, no
-    ``..``), checked on the text before any folder exists."""
-    for key, value in names.items():
-        parts = PurePath(str(value)).parts
-        if not parts or PurePath(str(value)).is_absolute() or ".." in parts:
-            raise ConfigError(f"{key}={value!r} would put run folders outside paths.root="
-                              f"{root!r}: use a plain name (relative, without '..')")
 
 
 def load_inputs(job: JobConfig) -> JobInputs:

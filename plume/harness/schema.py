@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field, fields
+from pathlib import PurePath
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -191,6 +192,7 @@ def validate(cfg: DictConfig) -> JobConfig:
     paths = _typed("paths", PathsSection, cfg.get("paths"))
     if not str(cfg.get("exp_name", "")).strip():
         raise ConfigError("exp_name must be a non-empty name")
+    check_inside_root(paths.root, exp_name=cfg.exp_name)
     seed = cfg.get("seed")
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
@@ -210,6 +212,16 @@ def validate(cfg: DictConfig) -> JobConfig:
         logger=logger,
         paths=paths,
     )
+
+
+def check_inside_root(root: str, **names: str) -> None:
+    """Each named value becomes folders under ``root``: it must stay there (relative, no
+    ``..``), checked on the text before any folder exists."""
+    for key, value in names.items():
+        parts = PurePath(str(value)).parts
+        if not parts or PurePath(str(value)).is_absolute() or ".." in parts:
+            raise ConfigError(f"{key}={value!r} would put run folders outside paths.root="
+                              f"{root!r}: use a plain name (relative, without '..')")
 
 
 def resolve_env_defaults(cfg: DictConfig, env: EnvSection) -> None:

@@ -17,9 +17,11 @@ import io
 import os
 import sys
 import traceback
-from dataclasses import dataclass, field
-from typing import Any
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from hydra.types import RunMode
 
 from plume.harness.errors import ConfigError, JobRefused
 
@@ -85,6 +87,18 @@ class SweepOutcome:
         print(line, file=sys.stderr, flush=True)
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             traceback.print_exception(err)
+
+
+def refuse(app: str, err: Exception, mode: RunMode | None) -> NoReturn:
+    """A user's mistake found inside a job: in a sweep (any mode but a single run) a
+    JobRefused for the sweeper to print; in a single run one line and exit status 2; with
+    ``HYDRA_FULL_ERROR=1`` the error itself, with its traceback."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    if mode != RunMode.RUN:
+        raise JobRefused(str(err)) from None
+    print(f"{app}: error: {err}", file=sys.stderr)
+    sys.exit(REFUSED_EXIT)
 
 
 def exit_code() -> int:

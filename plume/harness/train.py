@@ -3,7 +3,7 @@
     plume-train env.dataset=majority_fast sampler=uniform seed=0 train.total_steps=200000
     plume-train -m sampler=uniform seed=0,1,2          # a sweep; re-running skips finished jobs
 
-The job validates its whole config first, then writes the run directory of DESIGN.md
+The job validates its whole config first, then writes the run directory of docs/ARCHITECTURE.md
 (``plume.harness.rundir``), evaluates greedily on every test set at ``train.eval_points`` evenly
 spaced points, and logs to W&B (offline by default) when ``logger=wandb``.
 """
@@ -25,7 +25,6 @@ import hydra
 import numpy as np
 import pandas as pd
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
@@ -34,7 +33,6 @@ from plume.harness import snapshot, sweep
 from plume.harness.anchors import SCORE_FILE, controller_trace_scores, score_description
 from plume.harness.consultation import PolicyConsultation
 from plume.harness.datasets import make_env
-from plume.harness.errors import JobRefused
 from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
 from plume.harness.monitor import TrainingMonitor
 from plume.harness.preflight import JobInputs, check_train
@@ -104,12 +102,7 @@ def train_job(cfg: DictConfig) -> dict[str, Any] | None:
     try:
         return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices, hydra_record=record)
     except (ConfigError, RunDirectoryLocked, NonFiniteTraining) as err:  # one line
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        if hydra_cfg.mode != RunMode.RUN:  # a sweep's job: the sweeper prints it
-            raise JobRefused(str(err)) from None
-        print(f"plume-train: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sweep.refuse("plume-train", err, hydra_cfg.mode)
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(train_job)
@@ -150,7 +143,7 @@ def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
         log.info("removed %d temporary file(s) a killed process left: %s", len(stale),
                  ", ".join(stale))
     previous = rundir.status()
-    if rundir.status_damaged:
+    if previous is None and rundir.status_damaged:
         log.warning("%s: status.json is not a Plume status; the job starts afresh", rundir.path)
     resume = None if job.overwrite else _resumable(rundir, fingerprint)
     (rundir.path / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
