@@ -22,8 +22,8 @@ Fig. 9's PPO S2, PPO S3 and DQN S3 train seeds 0-9); ``--seeds N`` replaces ever
 Figures that share runs share jobs: fig10 draws fig9's plume_dynamic runs, fig8 reuses fig9's
 majority_fast runs of uniform / plume_static / plume_dynamic and trains only trace_error.
 
-The jobs not yet completed are one Hydra multirun (DESIGN.md "Sweeps"): ``launch`` hands their
-override lists to the launcher of ``conf/hydra/launcher/`` that the command line chooses
+The jobs not yet completed are one Hydra multirun (docs/ARCHITECTURE.md, "Sweeps"): ``launch``
+hands their override lists to the launcher of ``conf/hydra/launcher/`` that the command line chooses
 (joblib with ``-j`` workers by default), which runs ``plume-train``'s job function on each. The
 same figure runs on a laptop, a SLURM cluster or a Ray cluster by changing that one choice.
 """

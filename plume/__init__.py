@@ -1,6 +1,6 @@
 """Plume: prioritized trace sampling for deep-RL network controllers (arXiv 2302.12403).
 
-Layers, imports pointing down only (see DESIGN.md):
+Layers, imports pointing down only (see docs/ARCHITECTURE.md):
 ``traces`` -> ``analysis`` -> ``sampling`` -> ``envs`` -> ``agents`` -> ``harness`` -> ``report``.
 ``traces``, ``analysis`` and ``sampling`` need neither Hydra nor W&B.
 """

@@ -1,4 +1,4 @@
-"""Sweeps through Hydra launchers (DESIGN.md "Sweeps"): the launcher configs, the figure
+"""Sweeps through Hydra launchers (docs/ARCHITECTURE.md "Sweeps"): the launcher configs, the figure
 command's multirun, failure handling, the progress line and job isolation in reused workers."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The environment contract: one :class:`EnvSpec` per environment, the only thing the harness,
-the schema, the evaluator and the report ever know of an environment (DESIGN.md, Contracts).
+the schema, the evaluator and the report ever know of an environment
+(docs/ARCHITECTURE.md, Contracts).
 
 Adding an environment = its own package under ``plume/envs/`` exposing ``SPEC``, its config
 file ``conf/env/<name>.yaml`` and one line in :data:`ENV_PACKAGES`. Nothing else changes. An

@@ -1,4 +1,4 @@
-"""The run-directory contract (DESIGN.md): every job is a self-describing folder.
+"""The run-directory contract (docs/ARCHITECTURE.md): every job is a self-describing folder.
 
 - ``status.json``: running / completed / failed, with error text and timings
 - ``train.jsonl``: the training curve, one JSON object per update

@@ -1,4 +1,4 @@
-"""One ``seed`` per job, split into independent streams (DESIGN.md "Seeds").
+"""One ``seed`` per job, split into independent streams (docs/ARCHITECTURE.md "Seeds").
 
 Streams are spawned in a fixed order, so adding a stream at the end never changes the others.
 
@@ -65,7 +65,7 @@ def finish_open_wandb_run() -> bool:
 class JobIsolation(Callback):
     """Every job starts with global RNGs seeded from its ``seed`` and torch using
     ``train.torch_threads`` threads, and ends with no W&B run open: the same in a fresh process
-    as in a worker that ran other jobs before (DESIGN.md "Sweeps")."""
+    as in a worker that ran other jobs before (docs/ARCHITECTURE.md "Sweeps")."""
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         import torch

@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as sps
 
-#: Fewest runs per side for any interval or verdict. DESIGN.md's convention said 3; at 3 runs
-#: a bootstrap interval is about the min-max of the runs and a probability of improvement is
-#: 1.00 [1.00, 1.00] whenever the three runs are ordered, so reports require 5.
+#: Fewest runs per side for any interval or verdict. The design's first convention said 3;
+#: at 3 runs a bootstrap interval is about the min-max of the runs and a probability of
+#: improvement is 1.00 [1.00, 1.00] whenever the three runs are ordered, so reports require 5.
 MIN_RUNS = 5
 CONFIDENCE = 0.95
 #: Family-wise error rate of the verdicts of one report (Holm-Bonferroni).

@@ -1,10 +1,10 @@
 """Find run directories and read them into tidy tables.
 
-A *run directory* is any folder holding a ``status.json`` (DESIGN.md, "Run directory"). The
-report reads files only: ``status.json`` for the state, ``config.yaml`` (resolved config) for
-what the run was, ``eval.parquet`` for its test scores and ``score.json`` for what the score is
-and how it is normalised (floor and ceiling per test set). Nothing here imports the harness, so
-a report can be built on a machine that only has the run folders.
+A *run directory* is any folder holding a ``status.json`` (docs/ARCHITECTURE.md, "Run
+directory"). The report reads files only: ``status.json`` for the state, ``config.yaml``
+(resolved config) for what the run was, ``eval.parquet`` for its test scores and ``score.json``
+for what the score is and how it is normalised (floor and ceiling per test set). Nothing here
+imports the harness, so a report can be built on a machine that only has the run folders.
 
     inventory = scan_runs(["runs/quickstart", "runs/extra/seed=7"])
     inventory.runs          # one row per run directory, completed or not
