@@ -36,12 +36,26 @@ import math
 import numbers
 import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from plume.agents.networks import ACTIVATIONS, NETWORKS
+
+
+@dataclass(frozen=True)
+class GreedyPolicy:
+    """The deterministic actor of a trained learner, for export: ``module`` maps float32
+    observations ``(B, obs_dim)`` to ``outputs`` ``(B, k)`` (no value head, no sampling), and
+    ``rule`` says how outputs become environment actions, as data a runtime without torch
+    applies: ``{"kind": "argmax", "start": s}`` (action = argmax + s) or ``{"kind": "clip",
+    "low": [...], "high": [...]}`` (action = outputs clipped to the bounds)."""
+
+    module: torch.nn.Module
+    outputs: str
+    rule: dict[str, Any]
 
 
 class Algorithm(ABC):
@@ -88,6 +102,11 @@ class Algorithm(ABC):
     def learner_signal(self) -> np.ndarray:
         """``(T, num_envs)`` signed scores of the vector steps since the previous call."""
         raise NotImplementedError(f"{type(self).__name__} gives no learner signal")
+
+    @abstractmethod
+    def greedy_policy(self) -> GreedyPolicy:
+        """The actor that :meth:`act` applies with ``deterministic=True``, as a module (a copy
+        on the CPU in eval mode: exporting never touches the learner) and its action rule."""
 
 
 def update_record(env_steps: int, updates: int, **metrics: Any) -> dict[str, Any]:

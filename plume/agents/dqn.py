@@ -107,6 +107,7 @@ from torch import nn
 
 from plume.agents.base import (
     Algorithm,
+    GreedyPolicy,
     check_bool,
     check_budget,
     check_finite,
@@ -530,6 +531,11 @@ class DQN(Algorithm):
                 actions = self._epsilon_greedy(q_values, self.config.eps_end, self.eval_generator)
         out = actions.cpu().numpy() + self.action_start
         return out[0] if single else out
+
+    def greedy_policy(self) -> GreedyPolicy:
+        """The online Q-network; the greedy action is the argmax of its Q-values."""
+        module = copy.deepcopy(self.q_network).cpu().eval()
+        return GreedyPolicy(module, "q_values", {"kind": "argmax", "start": self.action_start})
 
     def learner_signal(self) -> np.ndarray:
         """``(T, num_envs)`` float64 TD errors of the vector steps since the previous call

@@ -78,6 +78,7 @@ from gymnasium.vector import AutoresetMode
 
 from plume.agents.base import (
     Algorithm,
+    GreedyPolicy,
     NonFiniteTraining,
     check_bool,
     check_budget,
@@ -529,6 +530,17 @@ class ActorCriticAlgorithm(Algorithm):
         actions, _ = self.policy.sample_actions(x, deterministic, generator=self.eval_generator)
         out = self.policy.to_env(actions).cpu().numpy()
         return out[0] if single else out
+
+    def greedy_policy(self) -> GreedyPolicy:
+        """The actor alone: logits (argmax) for ``Discrete`` actions, the Gaussian mean
+        (clipped to the bounds) for ``Box`` actions."""
+        actor = copy.deepcopy(self.policy.actor).cpu().eval()
+        if self.policy.discrete:
+            return GreedyPolicy(actor, "logits", {"kind": "argmax",
+                                                  "start": self.policy.action_start})
+        return GreedyPolicy(actor, "mean", {
+            "kind": "clip", "low": self.policy.action_low.cpu().tolist(),
+            "high": self.policy.action_high.cpu().tolist()})
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimiser, counters, budget and RNG states (the env's state is not

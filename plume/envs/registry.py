@@ -128,6 +128,11 @@ class EnvSpec:
         default_dataset: ``params -> dataset`` used when ``env.dataset`` is null (default: the
             first built-in dataset).
         channel_help: appended to a missing-channel error (what to do instead).
+        deployment: ``params -> dict`` with the ``observation`` (layout and every field: name,
+            unit, position, history, normalisation), the ``action`` (its meaning in the real
+            system's units) and the ``constants`` a deployed controller needs, written into an
+            export's ``contract.json``; None: the environment has no deployment description
+            (its policies still export, with the observation documented as its space only).
     """
 
     name: str
@@ -151,6 +156,7 @@ class EnvSpec:
     algo_preset: str = "ppo"
     default_dataset: Callable[[Any], str] | None = None
     channel_help: str = ""
+    deployment: Callable[[Any], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.single is None:

@@ -99,6 +99,32 @@ def _score(episodes) -> np.ndarray:
         return np.where(length > 1, after_start / (length - 1), np.nan)
 
 
+def _deployment(params: AbrParams) -> dict[str, Any]:
+    """What a deployed ABR controller needs (``contract.json``): the observation, the action
+    in the player's terms and the constants the runtime's session uses."""
+    from plume.envs.abr import observation
+    from plume.envs.abr.sim import GELATO_DEFAULTS, PENSIEVE_DEFAULTS
+    from plume.envs.abr.video import BITRATES_KBPS, VIDEO_SIZES
+
+    if params.variant == "gelato":
+        p = {**GELATO_DEFAULTS, **params.sim_kwargs("test")}
+        return {"observation": observation.describe_gelato(p), "action": {
+            "kind": "discrete", "n": observation.GELATO_LEVELS,
+            "meaning": "format of the next chunk, in increasing quality order (Puffer's format "
+                       "order, sorted by width, height and -crf)",
+            "chunk_seconds": p["chunk_seconds"]},
+            "constants": {k: p[k] for k in ("history_len", "max_buffer", "chunk_seconds",
+                                            "quality_weight", "rebuf_weight", "change_weight")}}
+    p = {**PENSIEVE_DEFAULTS, **params.sim_kwargs("test")}
+    return {"observation": observation.describe_pensieve(p), "action": {
+        "kind": "discrete", "n": len(BITRATES_KBPS), "meaning": "bitrate level of the next chunk",
+        "levels_kbps": list(BITRATES_KBPS), "chunk_seconds": p["chunk_seconds"]},
+        "constants": {"n_chunks": p["n_chunks"], "default_level": 1,
+                      "link_rtt_ms": p["link_rtt_ms"], "chunk_seconds": p["chunk_seconds"],
+                      "video": "EnvivioDash3 (Pensieve's test video)",
+                      "video_sizes_bytes": VIDEO_SIZES.tolist()}}
+
+
 CONTROLLER_NAMES = ("always_lowest", "always_highest", "bba", "rate_based", "robust_mpc",
                     "bola_v1", "bola_v2")
 
@@ -141,6 +167,7 @@ SPEC = EnvSpec(
     algo_preset="a2c_gelato",
     default_dataset=lambda params: ("puffer_synthetic" if params.variant == "gelato"
                                     else "pensieve_synthetic"),
+    deployment=_deployment,
     channel_help=("the gelato setting replays Puffer traces (per-chunk sizes and SSIMs of every "
                   "encoding); bandwidth-only traces (cooked, mahimahi) play with "
                   "env.variant=pensieve"),

@@ -145,6 +145,21 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from plume.envs.abr.observation import (  # noqa: F401  (re-exported: the sim's constants)
+    BUFFER_NORM_S,
+    DELAY_NORM_S,
+    GELATO_LEVELS,
+    LOOKAHEAD,
+    PENSIEVE_HISTORY,
+    REWARD_CLIP,
+    SIZE_NORM_MB,
+    SSIM_NORM_DB,
+    GelatoObservation,
+    PensieveObservation,
+    gelato_reward,
+    pensieve_video_table,
+    symmetric_sqrt_clip,
+)
 from plume.envs.abr.video import BITRATES_KBPS, VIDEO_SIZES
 from plume.envs.replay import BatchedDownload, PayloadTables, derived_from, read_only
 from plume.envs.single import SingleCopyEnv
@@ -173,19 +188,9 @@ EPISODE_FIELDS = ("return", "return_transformed", "length", "trace", "quality", 
                   "change", "first_return", "video_seconds", *GYMNASIUM_EPISODE_KEYS)
 """Keys of ``infos["episode"]`` (see the module docstring)."""
 
-# Gelato / Puffer.
-GELATO_LEVELS = 10
-"""Puffer encodings per chunk (the action count)."""
-LOOKAHEAD = 5
-"""Future chunks in the observation; an episode ends when only these remain."""
-STALL_GROUP = 3
-"""Consecutive stalls summed per long-term stall feature."""
+# Gelato / Puffer (the observation constants live in observation.py).
 MB_PER_MBIT = 1.0 / 8.0
 """Payload scale: Mbit/s x s -> MB."""
-SSIM_NORM_DB, SIZE_NORM_MB, DELAY_NORM_S, STALL_NORM_S = 25.0, 3.0, 20.0, 3.0
-"""Gelato observation normalisers (reference: 25 dB, 3 MB, 20 s, 3 s)."""
-REWARD_CLIP = 5.0
-"""Agent reward bound, int(sqrt(25)); the observation maps r' to (r' + 5) / 10."""
 MAX_STALL_S = 20.0
 DELAY_NOISE = (0.03, 0.95, 1.05)
 """Training delay noise: clip(1 + N(0, std), low, high)."""
@@ -209,26 +214,11 @@ DRAIN_QUANTUM_MS = 500.0
 """Pensieve's DRAIN_BUFFER_SLEEP_TIME."""
 DEFAULT_QUALITY = 1
 """Pensieve's previous bitrate at an episode's first chunk (750 kbit/s)."""
-PENSIEVE_HISTORY = 8
-BUFFER_NORM_S = 10.0
 PENSIEVE_DEFAULTS = MappingProxyType({
     "rebuf_penalty": 4.3, "smooth_penalty": 1.0, "link_rtt_ms": 80.0, "buffer_cap_s": 60.0,
     "chunk_seconds": 4.0, "n_chunks": 48,
 })
 """Pensieve keyword parameters and their defaults."""
-
-
-def symmetric_sqrt_clip(r: float | np.ndarray, bound: float = REWARD_CLIP):
-    """Gelato's agent reward: ``clip(sign(r) (sqrt(|r| + 1) - 1 + 0.001 r), -bound, bound)``.
-
-    The reference's exact form: the sign also multiplies the linear term, so this equals
-    ``sign(r)(sqrt(|r|+1) - 1) + 0.001|r|`` (not an odd function). Kept so returns compare with
-    the paper's. r = 10 -> 2.3266, r = 20 -> 3.6026, r = -35 -> -4.965, r <= -35.5 -> -5.
-    Accepts a scalar (returns a float) or an array (returns a float64 array).
-    """
-    x = np.asarray(r, dtype=np.float64)
-    out = np.clip(np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0 + 0.001 * x), -bound, bound)
-    return float(out) if out.ndim == 0 else out
 
 
 # ---------------------------------------------------------------------------- validation
@@ -362,21 +352,17 @@ class _Dynamics:
     """Per-step state and arithmetic of one ABR setting for N copies (no Gymnasium API).
 
     Results of the last step live in (N,) float64 arrays (``raw``, ``quality``, ``stall``,
-    ``change``, ...); the observation is ping-ponged between two float32 buffers so that the
-    history shift is one non-overlapping copy; ``obs`` is the current one.
+    ``change``, ...); the observation is built by the setting's ``observer`` (one of
+    ``plume.envs.abr.observation``'s builders, which the deployment runtime calls too).
     """
 
     n_levels: int
     chunk_seconds: float
     max_len: int
 
-    def __init__(self, n: int, layout: tuple[int, int], train: bool) -> None:
-        self.n, self.train, self.obs_layout = n, train, layout
-        self.obs_dim = layout[0] * layout[1]
-        self._buffers = (np.zeros((n, self.obs_dim), np.float32),
-                         np.zeros((n, self.obs_dim), np.float32))
-        self.obs = self._buffers[0]
-        self._parity = 0
+    def __init__(self, n: int, observer, train: bool) -> None:
+        self.n, self.train, self.observer = n, train, observer
+        self.obs_layout, self.obs_dim = observer.layout, observer.obs_dim
         f = lambda: np.zeros(n)  # noqa: E731
         self.raw, self.quality, self.stall, self.change, self.size = f(), f(), f(), f(), f()
         self.chunk = np.zeros(n, dtype=np.int64)  # index of the chunk just downloaded
@@ -389,10 +375,10 @@ class _Dynamics:
         """The shared download tables of this setting's TraceSet."""
         return self._tables
 
-    def _flip(self) -> None:
-        """This step writes the other observation buffer (views by parity read this one)."""
-        self._parity = 1 - self._parity
-        self.obs = self._buffers[self._parity]
+    @property
+    def obs(self) -> np.ndarray:
+        """The current observations (a view, valid until the next step)."""
+        return self.observer.obs
 
 
 class _Gelato(_Dynamics):
@@ -409,8 +395,8 @@ class _Gelato(_Dynamics):
             raise ValueError(
                 f"TraceSet {traces.name!r}: trace {str(traces.trace_ids[i])!r} has {lengths[i]} "
                 f"chunks, fewer than min_chunks={p['min_chunks']}")
-        self.history_len = h = p["history_len"]
-        super().__init__(n, (h, 2 * GELATO_LEVELS + 6), train)
+        self.history_len = p["history_len"]
+        super().__init__(n, GelatoObservation(n, p["history_len"], p["max_buffer"]), train)
         self.p = p
         self.chunk_seconds = p["chunk_seconds"]
         self.max_buffer = p["max_buffer"]
@@ -431,7 +417,7 @@ class _Gelato(_Dynamics):
         self._allocate()
 
     def _allocate(self) -> None:
-        n, h, w = self.n, self.history_len, self.obs_layout[1]
+        n = self.n
         f = lambda: np.zeros(n)  # noqa: E731
         self.tau, self.buffer, self.delay, self.sleep, self._prev = f(), f(), f(), f(), f()
         self._last_buffer = f()  # the step's buffer, kept when an autoreset clears the state
@@ -446,30 +432,12 @@ class _Gelato(_Dynamics):
         self._noise_std = np.array([[DELAY_NOISE[0]], [BUFFER_NOISE[0]]])
         self._noise_low = np.array([[DELAY_NOISE[1]], [BUFFER_NOISE[1]]])
         self._noise_high = np.array([[DELAY_NOISE[2]], [BUFFER_NOISE[2]]])
-        self._row = np.zeros((n, 5))
-        self._cols = [self._row[:, j] for j in range(5)]
         self._ahead = np.arange(LOOKAHEAD)[None, :]
         self._look_row = np.zeros(n, dtype=np.int64)
         self._look_sizes = np.zeros((n, GELATO_LEVELS))
         self._look_ssim = np.zeros((n, GELATO_LEVELS))
-        self._stalls = (np.zeros((n, STALL_GROUP * h)), np.zeros((n, STALL_GROUP * h)))
-        self._groups = np.zeros((n, h))
-        # Views by parity (source buffer p, destination 1 - p). Every row moves up one, which
-        # shifts the history (cols 0-4) and the look-ahead (rows 1-4 -> 0-3 of cols 6-25, row
-        # 5's zeros into row 4) in one contiguous copy; then the newest history row, the stall
-        # column and the new 5th look-ahead row are written.
-        self._views = []
-        new = LOOKAHEAD - 1
-        for p in (0, 1):
-            src, dst = self._buffers[p], self._buffers[1 - p]
-            d3 = dst.reshape(n, h, w)
-            s_st, d_st = self._stalls[p], self._stalls[1 - p]
-            g3 = d_st.reshape(n, h, STALL_GROUP)
-            self._views.append((
-                src[:, w:], dst[:, :-w], d3[:, -1, :5], d3[:, :, 5],
-                d3[:, new, 6:6 + GELATO_LEVELS], d3[:, new, 6 + GELATO_LEVELS:],
-                s_st[:, 1:], d_st[:, :-1], d_st[:, -1], [g3[:, :, j] for j in range(STALL_GROUP)],
-            ))
+        self._weights = (self.p["quality_weight"], self.p["rebuf_weight"],
+                         self.p["change_weight"])
 
     # ------------------------------------------------------------------ episodes
     def restart(self, ids: np.ndarray, traces: np.ndarray, starts: np.ndarray) -> None:
@@ -484,15 +452,8 @@ class _Gelato(_Dynamics):
         self._end_row[ids] = base + self._lengths[traces] - LOOKAHEAD
         self._download.assign(ids, traces)
         self._slot_end.assign(ids, traces)
-        n, h, w = self.n, self.history_len, self.obs_layout[1]
-        obs3 = self.obs.reshape(n, h, w)
-        obs3[ids] = 0.0
         rows = (base + starts)[:, None] + self._ahead
-        obs3[ids, :LOOKAHEAD, 6:6 + GELATO_LEVELS] = np.minimum(
-            self._sizes2[rows] * (1.0 / SIZE_NORM_MB), 1.0)
-        obs3[ids, :LOOKAHEAD, 6 + GELATO_LEVELS:] = np.clip(
-            self._ssim2[rows] * (1.0 / SSIM_NORM_DB), 0.0, 1.0)
-        self._stalls[self._parity][ids] = 0.0
+        self.observer.restart(ids, self._sizes2[rows], self._ssim2[rows])
 
     def start_chunk(self) -> np.ndarray:
         return self._vrow - self._row_base
@@ -545,55 +506,11 @@ class _Gelato(_Dynamics):
         np.copyto(self._last_buffer, buf)
 
     def _reward(self, first: np.ndarray) -> np.ndarray:
-        p, q, raw, change, s1 = self.p, self.quality, self.raw, self.change, self._s1
-        np.subtract(q, self._prev, out=change)
-        np.abs(change, out=change)
-        np.copyto(change, 0.0, where=first)
-        np.copyto(self._prev, q)
-        np.multiply(q, p["quality_weight"], out=raw)
-        np.multiply(self.stall, p["rebuf_weight"], out=s1)
-        raw -= s1
-        np.multiply(change, p["change_weight"], out=s1)
-        raw -= s1
-        rt = np.abs(raw)  # symmetric_sqrt_clip, in place on a fresh array
-        rt += 1.0
-        np.sqrt(rt, out=rt)
-        rt -= 1.0
-        np.multiply(raw, 0.001, out=s1)
-        rt += s1
-        np.sign(raw, out=s1)
-        rt *= s1
-        np.maximum(rt, -REWARD_CLIP, out=rt)
-        np.minimum(rt, REWARD_CLIP, out=rt)
-        return rt
+        return gelato_reward(self.quality, self._prev, self.stall, first, self._weights,
+                             self.raw, self.change, self._s1)
 
     def _observe(self, rt: np.ndarray) -> None:
-        """History row, long-term stall groups and look-ahead into the other buffer."""
-        (old_rows, new_rows, new_row, new_stall, new_sizes, new_ssim, old_st, new_st,
-         newest_st, groups) = self._views[self._parity]
-        self._flip()
-        np.copyto(new_rows, old_rows)  # history and look-ahead up one row
-        row, (c0, c1, c2, c3, c4) = self._row, self._cols
-        np.multiply(self.quality, 1.0 / SSIM_NORM_DB, out=c0)
-        np.multiply(self.size, 1.0 / SIZE_NORM_MB, out=c1)
-        np.multiply(self.delay, 1.0 / DELAY_NORM_S, out=c2)
-        np.multiply(self.buffer, 1.0 / self.max_buffer, out=c3)
-        np.add(rt, REWARD_CLIP, out=c4)
-        c4 *= 0.5 / REWARD_CLIP
-        np.maximum(row, 0.0, out=row)
-        np.minimum(row, 1.0, out=row)
-        np.copyto(new_row, row, casting="same_kind")
-
-        np.copyto(new_st, old_st)  # the last 3 * history_len stalls, newest last
-        np.copyto(newest_st, self.stall)
-        g = self._groups
-        np.add(groups[0], groups[1], out=g)
-        for col in groups[2:]:
-            g += col
-        g *= 1.0 / STALL_NORM_S
-        np.minimum(g, 1.0, out=g)  # stalls are >= 0
-        np.copyto(new_stall, g, casting="same_kind")
-
+        """The chunk's history row, the stalls and the new 5th look-ahead chunk."""
         np.subtract(self._vrow, self._row_base, out=self.chunk)
         self._vrow += 1
         self._vrow10 += GELATO_LEVELS
@@ -601,13 +518,8 @@ class _Gelato(_Dynamics):
         ls, lq = self._look_sizes, self._look_ssim
         self._sizes2.take(self._look_row, axis=0, out=ls, mode="clip")
         self._ssim2.take(self._look_row, axis=0, out=lq, mode="clip")
-        ls *= 1.0 / SIZE_NORM_MB
-        np.minimum(ls, 1.0, out=ls)  # sizes are positive
-        np.copyto(new_sizes, ls, casting="same_kind")
-        lq *= 1.0 / SSIM_NORM_DB
-        np.maximum(lq, 0.0, out=lq)
-        np.minimum(lq, 1.0, out=lq)
-        np.copyto(new_ssim, lq, casting="same_kind")
+        self.observer.push(self.quality, self.size, self.delay, self.buffer, rt, self.stall,
+                           ls, lq)
         np.equal(self._vrow, self._end_row, out=self.terminated)
 
     def last_step(self) -> dict[str, np.ndarray]:
@@ -627,7 +539,7 @@ class _Pensieve(_Dynamics):
     n_levels = len(BITRATES_KBPS)
 
     def __init__(self, traces: TraceSet, n: int, train: bool, p: dict[str, Any]) -> None:
-        super().__init__(n, (6, PENSIEVE_HISTORY), train)
+        super().__init__(n, PensieveObservation(n, p["n_chunks"]), train)
         self.p = p
         self.chunk_seconds = p["chunk_seconds"]
         self.n_chunks = self.max_len = p["n_chunks"]
@@ -635,11 +547,9 @@ class _Pensieve(_Dynamics):
         self.n_starts = traces.lengths.astype(np.int64)  # every forward slot
         self._tables = PayloadTables.shared(traces, payload_scale=PENSIEVE_BYTES_PER_MBIT)
         self._download = BatchedDownload(self._tables, n)
-        video = VIDEO_SIZES.T[np.arange(self.n_chunks + 1) % VIDEO_SIZES.shape[1]]
+        video = pensieve_video_table(self.n_chunks)
         self._sizes = np.ascontiguousarray(video, dtype=np.float64).reshape(-1)  # bytes
         self._sizes_mb = (video / 1e6).astype(np.float32)  # (n_chunks + 1, 6)
-        left = self.n_chunks - np.arange(self.n_chunks + 1)
-        self._left = np.minimum(left, self.n_chunks) / self.n_chunks  # by counter
         self._kbps = np.asarray(BITRATES_KBPS, dtype=np.float64)
         self._chunk_ms = self.chunk_seconds * 1000.0
         self._cap_ms = p["buffer_cap_s"] * 1000.0
@@ -655,15 +565,7 @@ class _Pensieve(_Dynamics):
         self.delay_noise = np.ones(n)
         self._counter = np.zeros(n, dtype=np.int64)
         self._counter6 = np.zeros(n, dtype=np.int64)
-        self._newest = np.zeros((n, 6))  # column 7 of the new state; row 4 stays 0
-        self._rows = [self._newest[:, j] for j in range(6)]
         self._next = np.zeros((n, self.n_levels), dtype=np.float32)
-        self._views = []
-        for par in (0, 1):
-            s3 = self._buffers[par].reshape(n, 6, PENSIEVE_HISTORY)
-            d3 = self._buffers[1 - par].reshape(n, 6, PENSIEVE_HISTORY)
-            self._views.append((s3[:, :, 1:], d3[:, :, :-1], d3[:, :, -1],
-                                d3[:, 4, :self.n_levels]))
 
     def restart(self, ids: np.ndarray, traces: np.ndarray, starts: np.ndarray) -> None:
         self.tau[ids] = self._tables.local_time[traces, starts]
@@ -672,9 +574,7 @@ class _Pensieve(_Dynamics):
         self._counter[ids] = 0
         self._counter6[ids] = 0
         self._download.assign(ids, traces)
-        obs3 = self.obs.reshape(self.n, 6, PENSIEVE_HISTORY)
-        obs3[ids] = 0.0
-        obs3[ids, 4, :self.n_levels] = self._sizes_mb[0]
+        self.observer.restart(ids, self._sizes_mb[0])
 
     def start_chunk(self) -> np.ndarray:
         return self._counter.copy()
@@ -736,22 +636,12 @@ class _Pensieve(_Dynamics):
         return raw.copy()
 
     def _observe(self) -> None:
-        old, shifted, newest, sizes = self._views[self._parity]
-        self._flip()
-        r0, r1, r2, r3, _, r5 = self._rows
-        np.divide(self._kbps_now, BITRATES_KBPS[-1], out=r0)
-        np.divide(self._buf_ms, 1000.0 * BUFFER_NORM_S, out=r1)
-        np.divide(self.size, self._delay_ms, out=r2)
-        r2 /= 1000.0
-        np.divide(self._delay_ms, 1000.0 * BUFFER_NORM_S, out=r3)
         np.copyto(self.chunk, self._counter)
         self._counter += 1
         self._counter6 += self.n_levels
-        self._left.take(self._counter, out=r5, mode="clip")
-        np.copyto(shifted, old)
-        np.copyto(newest, self._newest, casting="same_kind")
         self._sizes_mb.take(self._counter, axis=0, out=self._next, mode="clip")
-        np.copyto(sizes, self._next)
+        self.observer.push(self._kbps_now, self._buf_ms, self.size, self._delay_ms,
+                           self._counter, self._next)
         np.equal(self._counter, self.n_chunks, out=self.terminated)
 
     def last_step(self) -> dict[str, np.ndarray]:

@@ -94,6 +94,31 @@ def _controller(name: str):
     return build
 
 
+PACKET_BYTES = 1500
+"""Bytes per packet of the simulator's packet units (Aurora's and the CC traces')."""
+
+
+def _deployment(params: CcParams) -> dict:
+    """What a deployed rate controller needs (``contract.json``). The simulator works in
+    packets/s; a real sender in bit/s = packets/s x 1500 x 8."""
+    from plume.envs.cc.observation import describe_aurora
+
+    to_bps = PACKET_BYTES * 8.0
+    return {"observation": describe_aurora(params.history), "action": {
+        "kind": "rate_change", "shape": [1], "delta_scale": params.delta_scale,
+        "rule": "a' = delta_scale x a; rate x (1 + a') if a' >= 0, else rate / (1 - a'); "
+                "then clipped",
+        "clip_packets_per_s": [params.min_rate, params.max_rate],
+        "clip_bps": [params.min_rate * to_bps, params.max_rate * to_bps],
+        "packet_bytes": PACKET_BYTES,
+        "pcc_rl_deployment": {"clip_bps": [0.5e6, 300e6], "initial_bps": 6e6,
+                              "note": "PCC-RL's deployed clip and start; the runtime uses "
+                                      "the training clip unless told otherwise"}},
+        "constants": {"history": params.history, "delta_scale": params.delta_scale,
+                      "min_rate": params.min_rate, "max_rate": params.max_rate,
+                      "packet_bytes": PACKET_BYTES}}
+
+
 def _score(episodes) -> np.ndarray:
     length = np.asarray(episodes["length"], float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -114,6 +139,7 @@ SPEC = EnvSpec(
     description="congestion control, Aurora setting: fluid PCC-RL link, rate-change actions",
     datasets={name: dataset.description for name, dataset in CC_DATASETS.items()},
     load_builtin=load_cc_dataset,
+    deployment=_deployment,
     builtin_test_sets=lambda dataset: [dataset],
     trace_formats=("npz",),
     params=CcParams,

@@ -77,6 +77,13 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from plume.envs.cc.observation import (
+    EMPTY_ROW,
+    OBS_HIGH,
+    OBS_LOW,
+    AuroraObservation,
+    change_rate,
+)
 from plume.envs.replay import derived_from, read_only, trace_periods
 from plume.envs.single import SingleCopyEnv
 from plume.envs.vector import TraceVecEnv
@@ -95,14 +102,8 @@ __all__ = [
     "rate_action",
 ]
 
-OBS_LOW = np.array([-1.0, 1.0, 0.0])
-OBS_HIGH = np.array([10.0, 1e4, 1e3])
-"""Aurora's bounds of [latency inflation, latency ratio, send ratio]."""
-EMPTY_ROW = np.array([0.0, 1.0, 1.0])
-"""A history row before any MI was recorded."""
 ACTION_BOUND = 1e12
 """Aurora's action space is Box(-1e12, 1e12)."""
-SEND_RATIO_CAP = 1000.0
 WARMUP_MIS = 2
 RESET_MI_FACTOR = 3.0
 """The MIs right after a reset last 3 x the one-way delay."""
@@ -542,9 +543,8 @@ class CcVecEnv(TraceVecEnv):
     def _allocate(self) -> None:
         n = self.num_envs
         self._link = FluidLinks(self._tables, n, self.substeps)
-        self._state = np.zeros((6, n))
-        (self._rate, self._queue, self._tau, self._dur, self._conn_min,
-         self._elapsed) = self._state
+        self._state = np.zeros((5, n))
+        self._rate, self._queue, self._tau, self._dur, self._elapsed = self._state
         # Episode sums: return, return_transformed, then the link's first five FIELDS.
         self._sums = np.zeros((7, n))
         self._ret, self._ret_t = self._sums[:2]
@@ -557,16 +557,9 @@ class CcVecEnv(TraceVecEnv):
         self._raw, self._last_dur = np.zeros(n), np.zeros(n)
         self._last_trace = np.zeros(n, dtype=np.int64)
         self._a, self._factor, self._s1 = np.zeros(n), np.zeros(n), np.zeros(n)
-        self._neg, self._mask, self._done = (np.zeros(n, dtype=bool) for _ in range(3))
+        self._neg, self._done = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         self._idx = np.zeros(n, dtype=np.int64)
-        self._empty = np.tile(EMPTY_ROW, self.history).astype(np.float32)
-        h3 = 3 * self.history
-        self._obs = np.tile(self._empty, (n, 1))
-        self._obs_alt = self._obs.copy()
-        # (obs, previous history to shift, shifted part, newest-row columns) by parity.
-        self._views = [(dst, src[:, 3:], dst[:, : h3 - 3], [dst[:, h3 - 3 + j] for j in range(3)])
-                       for src, dst in [(self._obs, self._obs_alt), (self._obs_alt, self._obs)]]
-        self._parity = 0
+        self._observer = AuroraObservation(n, self.history)
 
     # ------------------------------------------------------------------ gym API
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -588,7 +581,7 @@ class CcVecEnv(TraceVecEnv):
             self._finish(done, infos)
         infos["trace"] = self._trace.copy()
         infos["_trace"] = np.ones(self.num_envs, dtype=bool)
-        return (self._obs.copy(), rt, np.zeros(self.num_envs, dtype=bool), done.copy(),
+        return (self._observer.obs.copy(), rt, np.zeros(self.num_envs, dtype=bool), done.copy(),
                 infos)
 
     def _apply_actions(self, actions: Any) -> None:
@@ -606,33 +599,12 @@ class CcVecEnv(TraceVecEnv):
         a = self._a
         if not np.isfinite(np.add.reduce(a)):
             raise ValueError("actions must be finite")
-        factor = self._factor
-        np.less(a, 0.0, out=self._neg)
-        np.abs(a, out=factor)
-        factor += 1.0
-        np.divide(1.0, factor, out=factor, where=self._neg)
-        rate = self._rate
-        rate *= factor
-        np.maximum(rate, self.min_rate, out=rate)
-        np.minimum(rate, self.max_rate, out=rate)
+        change_rate(self._rate, a, self.min_rate, self.max_rate, self._factor, self._neg)
 
     def _observe(self) -> None:
         """The MI's observation row, clipped to the bounds, appended to the history."""
-        link, s1 = self._link, self._s1
-        np.minimum(self._conn_min, link.latency, out=self._conn_min)
-        out, old_hist, new_hist, (c0, c1, c2) = self._views[self._parity]
-        np.copyto(new_hist, old_hist)
-        np.maximum(link.inflation, OBS_LOW[0], out=s1)
-        np.minimum(s1, OBS_HIGH[0], out=c0)
-        np.divide(link.latency, self._conn_min, out=s1)
-        np.minimum(s1, OBS_HIGH[1], out=c1)  # >= 1: the min includes this MI
-        np.maximum(link.throughput, _TINY, out=s1)
-        np.divide(self._rate, s1, out=s1)
-        np.greater_equal(s1, SEND_RATIO_CAP, out=self._mask)
-        np.copyto(s1, 1.0, where=self._mask)
-        np.copyto(c2, s1, casting="same_kind")
-        self._obs = out
-        self._parity ^= 1
+        link = self._link
+        self._observer.push(link.inflation, link.latency, link.throughput, self._rate)
 
     def _reward(self) -> np.ndarray:
         """Aurora's reward into ``_raw``; returns the scaled reward as a fresh array."""
@@ -656,7 +628,7 @@ class CcVecEnv(TraceVecEnv):
         self._eplen += 1
 
     def _observation(self) -> np.ndarray:
-        return self._obs
+        return self._observer.obs
 
     def _episode_fields(self, mask: np.ndarray) -> dict[str, np.ndarray]:
         sums = np.where(mask, self._sums, 0.0)
@@ -686,13 +658,12 @@ class CcVecEnv(TraceVecEnv):
             warm.run(rate, queue, tau, dur)
         self._link.assign(ids, new)
         self._link.out[:, ids] = warm.out
-        self._state[:, ids] = [rate, queue, tau, dur, np.full(len(ids), np.inf),
-                               np.zeros(len(ids))]
+        self._state[:, ids] = [rate, queue, tau, dur, np.zeros(len(ids))]
         self._sums[:, ids] = 0.0
         self._eplen[ids] = 0
         self._trace[ids] = new
         self._started[ids] = True
-        self._obs[ids] = self._empty
+        self._observer.restart(ids)
 
 
 class CcEnv(SingleCopyEnv):

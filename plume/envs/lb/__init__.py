@@ -60,6 +60,20 @@ class LbParams:
                 "obs_scale": self.obs_scale, "obs_high": self.obs_high}
 
 
+def _deployment(params: LbParams) -> dict:
+    """What a deployed balancer needs (``contract.json``)."""
+    from plume.envs.lb.observation import describe_park
+
+    rates = [float(r) for r in params.service_rates]
+    return {"observation": describe_park(len(rates), params.obs_high, params.obs_scale),
+            "action": {"kind": "discrete", "n": len(rates),
+                       "meaning": "index of the server the arriving job joins (FIFO, "
+                                  "non-preemptive; service time int(size / rate))",
+                       "service_rates": rates},
+            "constants": {"n_servers": len(rates), "obs_high": params.obs_high,
+                          "obs_scale": params.obs_scale, "service_rates": rates}}
+
+
 def _make(traces, n_envs, sampler, *, mode, seed, params: LbParams):
     return LbVecEnv(traces, n_envs, sampler, mode=mode, seed=seed, **params.sim_kwargs())
 
@@ -108,6 +122,7 @@ SPEC = EnvSpec(
     analysis={"channel": "job_size", "resample_s": 0.0, "feature_set": "lb", "k_range": (3, 8),
               "selection": {"fraction": 0.5, "steps": 7, "central_rounding": "floor"}},
     algo_preset="ppo_lb",
+    deployment=_deployment,
     default_dataset=lambda params: "lb_mixed",
     channel_help=("LB traces are job sequences, series interarrival and job_size (CSV files "
                   "'arrival_time,size' with env.trace_format=csv)"),

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from plume.envs.lb.observation import park_observation
 from plume.envs.lb.reference import OBS_HIGH
 from plume.envs.single import SingleCopyEnv
 from plume.envs.vector import TraceVecEnv
@@ -318,18 +319,13 @@ class LbVecEnv(TraceVecEnv):
 
     def _observe(self, done: np.ndarray) -> None:
         """Park's loads at ``now`` and the incoming size, clipped and scaled, into _obs."""
-        loads, s = self._loads, self.n_servers
+        loads = self._loads
         head = self._ring.take(self._ring_base + (self._head & (self._cap - 1)))
         np.add(self._total, head, out=loads)
         loads -= self._now[:, None]
         loads *= self._assigned > self._head  # idle servers have no load
-        np.minimum(loads, self.obs_high, out=loads)
-        loads *= self.obs_scale
-        self._obs[:, :s] = loads
         size = self._tables.size.take(self._fi)
-        np.minimum(size, self.obs_high, out=size)
-        size *= self.obs_scale
-        self._obs[:, s] = size
+        park_observation(loads, size, self.obs_high, self.obs_scale, self._obs)
         if done.any():
             self._obs[done] = 0.0  # drained: idle servers, no incoming job
 
@@ -377,9 +373,10 @@ class LbVecEnv(TraceVecEnv):
             array[ids] = 0
         self._departures.reshape(self.num_envs, width, -1)[ids] = 0
         self._partial.reshape(self.num_envs, width)[ids] = 0.0
-        self._obs[ids, : self.n_servers] = 0.0
-        first = np.minimum(tables.size[new * width], self.obs_high)
-        self._obs[ids, self.n_servers] = first * self.obs_scale
+        first = np.zeros((len(ids), self.n_servers + 1), dtype=np.float32)  # idle servers
+        park_observation(np.zeros((len(ids), self.n_servers)), tables.size[new * width],
+                         self.obs_high, self.obs_scale, first)
+        self._obs[ids] = first
 
 
 class LbEnv(SingleCopyEnv):
