@@ -6,6 +6,7 @@
 - ``sampler.parquet``: sampling weight per ground-truth kind / cluster over training
 - ``checkpoint.pt``: model, optimiser, sampler and RNG states, as data that loading can
   never execute (``plume.harness.statefile``)
+- ``exports.json``: the controller's exports (``plume-export``), each with its parity result
 Every file is written atomically (temporary file + rename, the temporary removed when the
 write fails), so a crash or a reader in another process never sees half a file. A torn or
 corrupt checkpoint is detected when loaded (:class:`CorruptCheckpoint`) and never trusted.
@@ -34,6 +35,7 @@ EVAL_TABLE = "eval.parquet"
 SAMPLER_TABLE = "sampler.parquet"
 CHECKPOINT = "checkpoint.pt"
 RESOLVED_CONFIG = "config.yaml"
+EXPORTS = "exports.json"
 
 LOCK = ".lock"
 HYDRA_FILES = (".hydra",)
@@ -193,6 +195,19 @@ class RunDirectory:
         text = json.dumps(content, indent=2, default=str)
         _atomic_write(path, lambda tmp: tmp.write_text(text + "\n"))
         return path
+
+    def exports(self) -> list[dict[str, Any]]:
+        """The exports recorded so far (``exports.json``; [] when none or unreadable)."""
+        try:
+            entries = json.loads((self.path / EXPORTS).read_text()).get("exports", [])
+        except (OSError, ValueError, AttributeError):
+            return []
+        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+    def record_export(self, entry: dict[str, Any]) -> None:
+        """Add (or replace, for the same folder) one export in ``exports.json``."""
+        kept = [e for e in self.exports() if e.get("path") != entry.get("path")]
+        self.write_json(EXPORTS, {"exports": [*kept, entry]})
 
     def reset_train_log(self) -> None:
         (self.path / TRAIN_LOG).unlink(missing_ok=True)

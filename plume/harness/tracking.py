@@ -21,6 +21,9 @@ class NullTracker:
     def summarise(self, values: dict[str, Any]) -> None:
         pass
 
+    def log_artifact(self, folder: Path, name: str, kind: str) -> None:
+        pass
+
     def finish(self, exit_code: int = 0) -> None:
         pass
 
@@ -72,6 +75,12 @@ class WandbTracker:
 
     def summarise(self, values: dict[str, Any]) -> None:
         self.run.summary.update(values)
+
+    def log_artifact(self, folder: Path, name: str, kind: str) -> None:
+        """Every file of ``folder`` as one artifact (an exported controller)."""
+        artifact = self._wandb.Artifact(name, type=kind)
+        artifact.add_dir(str(folder))
+        self.run.log_artifact(artifact)
 
     def finish(self, exit_code: int = 0) -> None:
         self.run.finish(exit_code=exit_code)

@@ -191,6 +191,16 @@ class LbVecEnv(TraceVecEnv):
         """(N, S) jobs at each server (queued + running) when the incoming job arrives."""
         return self._assigned - self._head
 
+    def park_loads(self, out: np.ndarray | None = None) -> np.ndarray:
+        """(N, S) Park's load of each server when the incoming job arrives: sizes of its queued
+        jobs + time left of its running job, 0 when idle (unclipped, unscaled)."""
+        loads = np.empty((self.num_envs, self.n_servers)) if out is None else out
+        head = self._ring.take(self._ring_base + (self._head & (self._cap - 1)))
+        np.add(self._total, head, out=loads)
+        loads -= self._now[:, None]
+        loads *= self._assigned > self._head  # idle servers have no load
+        return loads
+
     def work_left(self) -> np.ndarray:
         """(N, S) time units until each server would be idle: ``max(last finish - now, 0)``."""
         return np.maximum(self._last_finish - self._now[:, None], 0.0)
@@ -319,11 +329,7 @@ class LbVecEnv(TraceVecEnv):
 
     def _observe(self, done: np.ndarray) -> None:
         """Park's loads at ``now`` and the incoming size, clipped and scaled, into _obs."""
-        loads = self._loads
-        head = self._ring.take(self._ring_base + (self._head & (self._cap - 1)))
-        np.add(self._total, head, out=loads)
-        loads -= self._now[:, None]
-        loads *= self._assigned > self._head  # idle servers have no load
+        loads = self.park_loads(out=self._loads)
         size = self._tables.size.take(self._fi)
         park_observation(loads, size, self.obs_high, self.obs_scale, self._obs)
         if done.any():

@@ -1,0 +1,279 @@
+"""Sessions: from the raw measurements a real client has to the observation a policy was
+trained on, and from the policy's action back to the real system's units.
+
+Each session keeps its own history and builds the observation with the simulator's own
+builder (``plume.envs.<env>.observation``, the code the batched environment calls), for one
+copy. Measurements are dicts whose keys name their units; a missing or ill-typed field raises
+:class:`MeasurementError` naming it. Only numpy is imported: a deployed controller needs no
+torch.
+
+========  ===========================================================================
+env       ``decide(measurement)`` takes / returns
+========  ===========================================================================
+abr       gelato: ``{"last": None | {size_mb, ssim_db, delay_s, buffer_s, stall_s},
+          next_sizes_mb: 5 x 10, next_ssim_db: 5 x 10}`` -> format index;
+          pensieve: ``{"last": None | {level, size_bytes, delay_ms, buffer_s},
+          next_sizes_bytes (optional, 6)}`` -> level. ``last=None``: a new session.
+cc        ``None`` (the first decision after ``reset(initial_rate_bps=...)``) or one
+          monitor interval, as packets ``{bytes_sent, bytes_acked, send_start_s,
+          send_end_s, rtt_samples_s}`` or as statistics ``{sending_rate_bps,
+          receiving_rate_bps, latency_s, latency_inflation}`` -> the sending rate in bit/s
+lb        ``{job_size, loads: S}`` (Park's load per server: queued work + time left
+          of the running job, 0 when idle) -> server index
+========  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from plume.envs.abr.observation import (
+    GELATO_LEVELS,
+    LOOKAHEAD,
+    GelatoObservation,
+    PensieveObservation,
+    gelato_reward,
+)
+from plume.envs.cc.observation import AuroraObservation, change_rate
+from plume.envs.lb.observation import park_observation
+
+__all__ = ["SESSIONS", "AuroraSession", "GelatoSession", "MeasurementError", "ParkSession",
+           "PensieveSession", "session_for"]
+
+
+class MeasurementError(ValueError):
+    """A measurement a session cannot use: one line naming the field."""
+
+
+def number(record: dict[str, Any], key: str, where: str = "", low: float | None = None) -> float:
+    """``record[key]`` as a finite float (>= ``low`` when given), or MeasurementError."""
+    if not isinstance(record, dict):
+        raise MeasurementError(f"{where or 'measurement'} must be an object with {key!r}, got "
+                               f"{type(record).__name__}")
+    if key not in record:
+        raise MeasurementError(f"missing field {where}{key}")
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise MeasurementError(f"field {where}{key} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or (low is not None and value < low):
+        bound = "a finite number" if low is None else f"a finite number >= {low:g}"
+        raise MeasurementError(f"field {where}{key} must be {bound}, got {value}")
+    return value
+
+
+def matrix(record: dict[str, Any], key: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``record[key]`` as a finite float64 array of ``shape``, or MeasurementError."""
+    if key not in record:
+        raise MeasurementError(f"missing field {key}")
+    try:
+        value = np.asarray(record[key], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise MeasurementError(f"field {key} must be numbers of shape {shape}") from None
+    if value.shape != shape or not np.all(np.isfinite(value)):
+        raise MeasurementError(f"field {key} must be finite numbers of shape {shape}, got "
+                               f"shape {value.shape}")
+    return value
+
+
+def _one(x: float) -> np.ndarray:
+    return np.array([x], dtype=np.float64)
+
+
+class GelatoSession:
+    """The Puffer / Gelato setting: 10 formats, a 5-chunk look-ahead of sizes and SSIMs."""
+
+    def __init__(self, constants: dict[str, Any]) -> None:
+        self.observer = GelatoObservation(1, int(constants["history_len"]),
+                                          float(constants["max_buffer"]))
+        self.weights = (float(constants["quality_weight"]), float(constants["rebuf_weight"]),
+                        float(constants["change_weight"]))
+        self.levels = GELATO_LEVELS
+        self._prev, self._raw, self._change, self._s1 = (np.zeros(1) for _ in range(4))
+        self._first = np.ones(1, dtype=bool)
+
+    def reset(self) -> None:
+        """A new video session: the next measurement has ``last=None``."""
+        self._first[:] = True
+
+    def observe(self, m: dict[str, Any]) -> np.ndarray:
+        """The observation for the next decision (1, obs_dim)."""
+        if not isinstance(m, dict):
+            raise MeasurementError(f"measurement must be an object, got {type(m).__name__}")
+        shape = (LOOKAHEAD, self.levels)
+        sizes, ssim = matrix(m, "next_sizes_mb", shape), matrix(m, "next_ssim_db", shape)
+        last = m.get("last")
+        if last is None:
+            self.reset()
+            self.observer.restart(np.arange(1), sizes[None], ssim[None])
+            return self.observer.obs
+        quality = _one(number(last, "ssim_db", "last."))
+        stall = _one(number(last, "stall_s", "last.", 0.0))
+        rt = gelato_reward(quality, self._prev, stall, self._first, self.weights, self._raw,
+                           self._change, self._s1)
+        self.observer.push(quality, _one(number(last, "size_mb", "last.", 0.0)),
+                           _one(number(last, "delay_s", "last.", 0.0)),
+                           _one(number(last, "buffer_s", "last.", 0.0)), rt, stall,
+                           sizes[None, -1], ssim[None, -1])
+        self.observer.set_lookahead(sizes[None], ssim[None])
+        self._first[:] = False
+        return self.observer.obs
+
+    def action(self, a: Any) -> int:
+        return int(a)
+
+
+class PensieveSession:
+    """Pensieve's setting: 6 bitrates, a 48-chunk video whose chunk sizes the contract holds
+    (as Pensieve's server holds them), chunks counted by the session."""
+
+    def __init__(self, constants: dict[str, Any]) -> None:
+        self.n_chunks = int(constants["n_chunks"])
+        self.observer = PensieveObservation(1, self.n_chunks)
+        video = np.asarray(constants["video_sizes_bytes"], dtype=np.float64)  # level x chunk
+        self.sizes = video.T[np.arange(self.n_chunks + 1) % video.shape[1]]
+        self.levels_kbps = np.asarray(constants["levels_kbps"], dtype=np.float64)
+        self.downloaded = np.zeros(1, dtype=np.int64)
+
+    def reset(self) -> None:
+        self.downloaded[:] = 0
+        self.observer.restart(np.arange(1), (self.sizes[0] / 1e6).astype(np.float32))
+
+    def observe(self, m: dict[str, Any]) -> np.ndarray:
+        if not isinstance(m, dict):
+            raise MeasurementError(f"measurement must be an object, got {type(m).__name__}")
+        last = m.get("last")
+        if last is None:
+            self.reset()
+            return self.observer.obs
+        level = number(last, "level", "last.", 0.0)
+        if level != int(level) or level >= len(self.levels_kbps):
+            raise MeasurementError(f"field last.level must be a level index 0.."
+                                   f"{len(self.levels_kbps) - 1}, got {level:g}")
+        delay = number(last, "delay_ms", "last.", 0.0)
+        self.downloaded += 1
+        if delay == 0.0:  # a player glitch: Pensieve's server reuses its previous state
+            return self.observer.obs
+        next_sizes = (self.sizes[min(int(self.downloaded[0]), self.n_chunks)] if
+                      m.get("next_sizes_bytes") is None else
+                      matrix(m, "next_sizes_bytes", (len(self.levels_kbps),)))
+        self.observer.push(_one(self.levels_kbps[int(level)]),
+                           _one(number(last, "buffer_s", "last.", 0.0) * 1000.0),
+                           _one(number(last, "size_bytes", "last.", 0.0)), _one(delay),
+                           self.downloaded, (next_sizes / 1e6).astype(np.float32)[None])
+        return self.observer.obs
+
+    def action(self, a: Any) -> int:
+        return int(a)
+
+
+class AuroraSession:
+    """Aurora's rate control: monitor intervals in, a sending rate in bit/s out. The policy's
+    action changes the rate multiplicatively; the rate is clipped to ``clip_bps`` (the
+    training clip by default)."""
+
+    def __init__(self, constants: dict[str, Any], clip_bps: tuple[float, float] | None = None):
+        self.observer = AuroraObservation(1, int(constants["history"]))
+        self.delta_scale = float(constants["delta_scale"])
+        self.bits_per_packet = 8.0 * float(constants["packet_bytes"])
+        self.clip_bps = clip_bps or (float(constants["min_rate"]) * self.bits_per_packet,
+                                     float(constants["max_rate"]) * self.bits_per_packet)
+        self.rate_bps: np.ndarray | None = None
+        self._scaled, self._factor = np.zeros(1), np.zeros(1)
+        self._negative = np.zeros(1, dtype=bool)
+
+    def reset(self, initial_rate_bps: float | None = None) -> None:
+        """A new flow at ``initial_rate_bps`` (clipped)."""
+        if initial_rate_bps is None:
+            raise MeasurementError("a CC session starts with reset(initial_rate_bps=...)")
+        low, high = self.clip_bps
+        self.rate_bps = np.clip(np.array([float(initial_rate_bps)]), low, high)
+        self.observer.restart(np.arange(1))
+
+    def observe(self, m: dict[str, Any] | None) -> np.ndarray:
+        if self.rate_bps is None:
+            raise MeasurementError("no flow: call reset(initial_rate_bps=...) first")
+        if m is None:
+            return self.observer.obs
+        stats = self._statistics(m) if "latency_s" in m else self._from_packets(m)
+        self.observer.push(*(_one(v) for v in stats))
+        return self.observer.obs
+
+    @staticmethod
+    def _statistics(m: dict[str, Any]) -> tuple[float, float, float, float]:
+        """A sender that computes its MI statistics itself (PCC-Uspace's C++ side does)."""
+        return (number(m, "latency_inflation"), number(m, "latency_s", low=0.0),
+                number(m, "receiving_rate_bps", low=0.0), number(m, "sending_rate_bps", low=0.0))
+
+    @staticmethod
+    def _from_packets(m: dict[str, Any]) -> tuple[float, float, float, float]:
+        """An MI as counted packets (PCC-RL's helper arguments): mean RTT of the samples,
+        inflation = (mean of the second half of the samples - first half) / duration, rates
+        = bytes / duration."""
+        start, end = number(m, "send_start_s"), number(m, "send_end_s")
+        if end <= start:
+            raise MeasurementError(f"send_end_s ({end}) must be after send_start_s ({start})")
+        try:
+            samples = np.asarray(m.get("rtt_samples_s", ()), dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise MeasurementError("field rtt_samples_s must be a list of numbers") from None
+        if samples.size == 0 or not np.all(np.isfinite(samples)):
+            raise MeasurementError("field rtt_samples_s must hold at least one finite RTT")
+        duration, half = end - start, samples.size // 2
+        inflation = ((samples[half:].mean() - samples[:half].mean()) / duration
+                     if samples.size > 1 else 0.0)
+        return (inflation, float(samples.mean()), number(m, "bytes_acked", low=0.0) / duration,
+                number(m, "bytes_sent", low=0.0) / duration)
+
+    def action(self, a: Any) -> float:
+        """The new rate (bit/s): Aurora's multiplicative change, then the clip (the
+        simulator's own function)."""
+        scaled = np.multiply(np.asarray(a, dtype=np.float64).reshape(1), self.delta_scale,
+                             out=self._scaled)
+        change_rate(self.rate_bps, scaled, *self.clip_bps, self._factor, self._negative)
+        return float(self.rate_bps[0])
+
+
+class ParkSession:
+    """Park's load balancing: no history, one decision per arriving job."""
+
+    def __init__(self, constants: dict[str, Any]) -> None:
+        self.n_servers = int(constants["n_servers"])
+        self.obs_high, self.obs_scale = float(constants["obs_high"]), float(constants["obs_scale"])
+        self.obs = np.zeros((1, self.n_servers + 1), dtype=np.float32)
+
+    def reset(self) -> None:
+        """Nothing to forget: the servers' state arrives with every job."""
+
+    def observe(self, m: dict[str, Any]) -> np.ndarray:
+        if not isinstance(m, dict):
+            raise MeasurementError(f"measurement must be an object, got {type(m).__name__}")
+        loads = matrix(m, "loads", (self.n_servers,))
+        if np.any(loads < 0):
+            raise MeasurementError("field loads must be >= 0")
+        size = np.array([number(m, "job_size", low=0.0)])
+        park_observation(loads[None].copy(), size, self.obs_high, self.obs_scale, self.obs)
+        return self.obs
+
+    def action(self, a: Any) -> int:
+        return int(a)
+
+
+SESSIONS = {("abr", "gelato"): GelatoSession, ("abr", "pensieve"): PensieveSession,
+            ("cc", None): AuroraSession, ("lb", None): ParkSession}
+"""(env, variant) -> the session class of Plume's built-in environments."""
+
+
+def session_for(contract: dict[str, Any], **options: Any):
+    """The session of a contract's environment (``options``: CC's ``clip_bps``)."""
+    env = contract["env"]
+    key = (env["name"], env.get("variant"))
+    if key not in SESSIONS:
+        raise ValueError(f"no deployment session for env={key[0]}"
+                         + (f" variant={key[1]}" if key[1] else "")
+                         + "; pass observations with act_observation() instead")
+    constants = {**contract["constants"], **contract["action"]}
+    return SESSIONS[key](constants, **options)
