@@ -81,7 +81,8 @@ class _Aurora:
         self.bits = 8.0 * float(contract["constants"]["packet_bytes"])
 
     def start(self, i: int) -> tuple[dict[str, Any], Any]:
-        return {"initial_rate_bps": float(self.env.rate[i]) * self.bits}, None
+        return {"initial_rate_bps": float(self.env.rate[i]) * self.bits,
+                "initial_rtt_s": float(self.env.last_rtt[i])}, None
 
     def after(self, i: int, step: dict[str, np.ndarray], action) -> tuple[Any, Any]:
         """The rate the action set is the next MI's rate; after an episode's last step the
@@ -93,7 +94,7 @@ class _Aurora:
                   "receiving_rate_bps": float(step["throughput"][i]) * self.bits,
                   "latency_s": float(step["latency"][i]),
                   "latency_inflation": float(step["inflation"][i]),
-                  "loss": float(step["loss"][i])}
+                  "loss": float(step["loss"][i]), "duration_s": float(step["duration"][i])}
         return rate, sample
 
 
@@ -103,7 +104,9 @@ class _Park:
 
     def _jobs(self, i: int) -> dict[str, Any]:
         return {"job_size": float(self.env.job_size[i]),
-                "loads": self.env.park_loads()[i].tolist()}
+                "loads": self.env.park_loads()[i].tolist(),
+                "work_left": self.env.work_left()[i].tolist(),
+                "queue_lengths": self.env.queue_lengths()[i].tolist()}
 
     def start(self, i: int) -> tuple[dict[str, Any], Any]:
         return {}, self._jobs(i)
@@ -158,7 +161,17 @@ def simulated_sessions(export_dir: str | Path, traces=None, n: int | None = None
     if key not in RECORDERS:
         raise ValueError(f"no measurement recorder for env={spec.name}")
     env = spec.make(traces, None, None, mode="test", seed=None, params=params)
+    if policy is None:
+        policy = _simulator_policy(spec, params, contract, controller, env)
     sessions = [Session(str(t)) for t in traces.trace_ids]
-    _play(env, RECORDERS[key](env, traces, contract), sessions,
-          policy or controller.act_observation)
+    _play(env, RECORDERS[key](env, traces, contract), sessions, policy)
     return sessions
+
+
+def _simulator_policy(spec, params, contract, controller, env) -> Callable:
+    """The export's policy in the simulator: the model on the simulator's observations, or
+    the classic rule as the evaluator runs it (bound to the simulator's state)."""
+    if contract["policy"]["kind"] == "model":
+        return controller.act_observation
+    rule = spec.controllers[contract["policy"]["controller"]](params)
+    return rule.bind(env) if hasattr(rule, "bind") else rule

@@ -15,6 +15,7 @@ onnxruntime (the ``deploy`` extra) and nothing that trains.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,10 @@ class OnnxPolicy:
             self.low = np.asarray(self.rule["low"], np.float32)
             self.high = np.asarray(self.rule["high"], np.float32)
 
+    def bind_to(self, session) -> OnnxPolicy:
+        """A model has no per-session state: one policy serves every session."""
+        return self
+
     def outputs(self, obs: np.ndarray) -> np.ndarray:
         """The model's outputs for a batch of observations (B, obs_dim)."""
         x = np.ascontiguousarray(obs, dtype=np.float32).reshape(-1, self.obs_dim)
@@ -62,7 +67,9 @@ class OnnxPolicy:
 
 
 class RulePolicy:
-    """A classic controller of the environment, by name, on the session's observation."""
+    """A classic controller of the environment, by name, on the session's observation. A
+    rule that reads the simulator's state (``bind(env)``) is bound to the session, which
+    offers the same public state from the measurements."""
 
     def __init__(self, contract: dict[str, Any]) -> None:
         from plume.envs.registry import get_env
@@ -71,21 +78,32 @@ class RulePolicy:
         spec = get_env(env["name"])
         if name not in spec.controllers:
             raise ContractError(f"env {spec.name!r} has no controller {name!r}")
-        policy = spec.controllers[name](spec.params(**env["params"]))
-        if hasattr(policy, "bind"):
-            raise ContractError(f"controller {name!r} reads the simulator's state, not the "
-                                "observation; the runtime cannot serve it")
-        self.name, self._policy = name, policy
+        if name == spec.oracle_controller:
+            raise ContractError(f"controller {name!r} knows the trace (the link's bandwidth): "
+                                "it runs only in the simulator")
+        self.name, self._rule = name, spec.controllers[name](spec.params(**env["params"]))
+        self._policy = None if hasattr(self._rule, "bind") else self._rule
+
+    def bind_to(self, session) -> RulePolicy:
+        """This rule for ``session`` (a rule with state gets its own binding)."""
+        if self._policy is not None:
+            return self
+        bound = copy.copy(self)
+        bound._policy = self._rule.bind(session)
+        return bound
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         return np.asarray(self._policy(np.asarray(obs, dtype=np.float32)))
 
 
 class DeployedController:
-    """One controller: ``reset`` starts a session, ``decide`` answers one measurement."""
+    """One controller: ``reset`` starts a session, ``decide`` answers one measurement.
+    :meth:`fork` gives another session on the same policy (a server with many clients
+    loads the model once)."""
 
-    def __init__(self, contract: dict[str, Any], policy, session) -> None:
+    def __init__(self, contract: dict[str, Any], policy, session, new_session=None) -> None:
         self.contract, self.policy, self.session = contract, policy, session
+        self._new_session = new_session
         self.observation: np.ndarray | None = None
         """The last observation built (1, obs_dim) float32."""
 
@@ -106,6 +124,13 @@ class DeployedController:
         ``plume.deploy.sessions``). MeasurementError names a missing or bad field."""
         self.observation = self.session.observe(measurement)
         return self.session.action(self.policy.act(self.observation)[0])
+
+    def fork(self) -> DeployedController:
+        """A controller with its own fresh session and this one's policy (a model is shared,
+        onnxruntime sessions may be run from several threads; a rule is bound anew)."""
+        session = self._new_session()
+        return DeployedController(self.contract, self.policy.bind_to(session), session,
+                                  self._new_session)
 
     def act_observation(self, obs: np.ndarray) -> np.ndarray:
         """The policy's environment actions for observations built elsewhere (B, obs_dim)."""
@@ -132,11 +157,15 @@ def load_controller(path: str | Path, *, threads: int = 1,
     else:
         policy = RulePolicy(contract)
     options = {"clip_bps": tuple(clip_bps)} if clip_bps is not None else {}
-    try:
-        session = session_for(contract, **options)
-    except ValueError as err:
-        session = _ObservationOnly(contract, str(err))
-    return DeployedController(contract, policy, session)
+
+    def new_session():
+        try:
+            return session_for(contract, **options)
+        except ValueError as err:
+            return _ObservationOnly(contract, str(err))
+
+    session = new_session()
+    return DeployedController(contract, policy.bind_to(session), session, new_session)
 
 
 class _ObservationOnly:

@@ -131,7 +131,7 @@ def _serve_puffer(args: argparse.Namespace) -> int:
         summary = client.serve()
         log.info("plume-serve puffer: %s", summary)
     except _Stop:
-        log.info("plume-serve puffer: stopped by signal")
+        log.info("plume-serve puffer: stopped by signal (%s)", client.totals)
     except ConnectionError as e:
         print(f"plume-serve puffer: {e}", file=sys.stderr)
         return 1

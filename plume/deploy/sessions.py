@@ -19,7 +19,8 @@ cc        ``None`` (the first decision after ``reset(initial_rate_bps=...)``) or
           send_end_s, rtt_samples_s}`` or as statistics ``{sending_rate_bps,
           receiving_rate_bps, latency_s, latency_inflation}`` -> the sending rate in bit/s
 lb        ``{job_size, loads: S}`` (Park's load per server: queued work + time left
-          of the running job, 0 when idle) -> server index
+          of the running job, 0 when idle; classic rules also read ``work_left`` and
+          ``queue_lengths``) -> server index
 ========  ===========================================================================
 """
 
@@ -173,7 +174,15 @@ class PensieveSession:
 class AuroraSession:
     """Aurora's rate control: monitor intervals in, a sending rate in bit/s out. The policy's
     action changes the rate multiplicatively; the rate is clipped to ``clip_bps`` (the
-    training clip by default)."""
+    training clip by default).
+
+    The session also offers the sender state that the classic CC rules read from the
+    simulator (``rate``, ``last_rtt``, ``last_loss``, ``elapsed``, ``episode_started``,
+    ``max_rate``, ``delta_scale``; rates in packets/s as there), so a rule is served like a
+    model. Rules need ``reset(initial_rtt_s=...)`` (their first window is 10 packets per RTT)
+    and each MI's duration and loss."""
+
+    num_envs = 1
 
     def __init__(self, constants: dict[str, Any], clip_bps: tuple[float, float] | None = None):
         self.observer = AuroraObservation(1, int(constants["history"]))
@@ -181,17 +190,35 @@ class AuroraSession:
         self.bits_per_packet = 8.0 * float(constants["packet_bytes"])
         self.clip_bps = clip_bps or (float(constants["min_rate"]) * self.bits_per_packet,
                                      float(constants["max_rate"]) * self.bits_per_packet)
+        self.max_rate = self.clip_bps[1] / self.bits_per_packet
         self.rate_bps: np.ndarray | None = None
         self._scaled, self._factor = np.zeros(1), np.zeros(1)
         self._negative = np.zeros(1, dtype=bool)
+        self.last_rtt, self.last_loss, self.elapsed = np.zeros(1), np.zeros(1), np.zeros(1)
+        self.episode_started = np.ones(1, dtype=bool)
 
-    def reset(self, initial_rate_bps: float | None = None) -> None:
-        """A new flow at ``initial_rate_bps`` (clipped)."""
+    @property
+    def rate(self) -> np.ndarray:
+        """(1,) the sending rate in packets/s (the simulator's unit, for the rules)."""
+        return self.rate_bps / self.bits_per_packet
+
+    @property
+    def link_bandwidth(self) -> np.ndarray:
+        raise MeasurementError("a real sender cannot know its link's bandwidth (the oracle "
+                               "rule runs only in the simulator)")
+
+    def reset(self, initial_rate_bps: float | None = None,
+              initial_rtt_s: float | None = None) -> None:
+        """A new flow at ``initial_rate_bps`` (clipped); ``initial_rtt_s`` (the handshake's
+        RTT) for the classic rules."""
         if initial_rate_bps is None:
             raise MeasurementError("a CC session starts with reset(initial_rate_bps=...)")
         low, high = self.clip_bps
         self.rate_bps = np.clip(np.array([float(initial_rate_bps)]), low, high)
         self.observer.restart(np.arange(1))
+        self.last_rtt[:] = np.nan if initial_rtt_s is None else float(initial_rtt_s)
+        self.last_loss[:], self.elapsed[:] = 0.0, 0.0
+        self.episode_started[:] = True
 
     def observe(self, m: dict[str, Any] | None) -> np.ndarray:
         if self.rate_bps is None:
@@ -199,20 +226,26 @@ class AuroraSession:
         if m is None:
             return self.observer.obs
         stats = self._statistics(m) if "latency_s" in m else self._from_packets(m)
-        self.observer.push(*(_one(v) for v in stats))
+        inflation, latency, received, sent, duration, loss = stats
+        self.observer.push(_one(inflation), _one(latency), _one(received), _one(sent))
+        self.last_rtt[:], self.last_loss[:] = latency, loss
+        self.elapsed += duration
+        self.episode_started[:] = False
         return self.observer.obs
 
     @staticmethod
-    def _statistics(m: dict[str, Any]) -> tuple[float, float, float, float]:
+    def _statistics(m: dict[str, Any]) -> tuple[float, ...]:
         """A sender that computes its MI statistics itself (PCC-Uspace's C++ side does)."""
         return (number(m, "latency_inflation"), number(m, "latency_s", low=0.0),
-                number(m, "receiving_rate_bps", low=0.0), number(m, "sending_rate_bps", low=0.0))
+                number(m, "receiving_rate_bps", low=0.0), number(m, "sending_rate_bps", low=0.0),
+                number(m, "duration_s", low=0.0) if "duration_s" in m else 0.0,
+                number(m, "loss", low=0.0) if "loss" in m else 0.0)
 
     @staticmethod
-    def _from_packets(m: dict[str, Any]) -> tuple[float, float, float, float]:
+    def _from_packets(m: dict[str, Any]) -> tuple[float, ...]:
         """An MI as counted packets (PCC-RL's helper arguments): mean RTT of the samples,
         inflation = (mean of the second half of the samples - first half) / duration, rates
-        = bytes / duration."""
+        = bytes / duration, loss = bytes lost / bytes sent."""
         start, end = number(m, "send_start_s"), number(m, "send_end_s")
         if end <= start:
             raise MeasurementError(f"send_end_s ({end}) must be after send_start_s ({start})")
@@ -225,8 +258,11 @@ class AuroraSession:
         duration, half = end - start, samples.size // 2
         inflation = ((samples[half:].mean() - samples[:half].mean()) / duration
                      if samples.size > 1 else 0.0)
+        sent = number(m, "bytes_sent", low=0.0)
+        lost = number(m, "bytes_lost", low=0.0) if "bytes_lost" in m else 0.0
+        loss = lost / sent if sent > 0 else 0.0
         return (inflation, float(samples.mean()), number(m, "bytes_acked", low=0.0) / duration,
-                number(m, "bytes_sent", low=0.0) / duration)
+                sent / duration, duration, loss)
 
     def action(self, a: Any) -> float:
         """The new rate (bit/s): Aurora's multiplicative change, then the clip (the
@@ -238,15 +274,26 @@ class AuroraSession:
 
 
 class ParkSession:
-    """Park's load balancing: no history, one decision per arriving job."""
+    """Park's load balancing: no history, one decision per arriving job. Also offers the
+    servers' state the classic rules read (``work_left()``, ``queue_lengths()``,
+    ``service_times()``, ``service_rates``, ``job_size``, ``job_index``), from the
+    measurement's optional ``work_left`` and ``queue_lengths`` fields."""
+
+    num_envs = 1
 
     def __init__(self, constants: dict[str, Any]) -> None:
         self.n_servers = int(constants["n_servers"])
         self.obs_high, self.obs_scale = float(constants["obs_high"]), float(constants["obs_scale"])
+        self.service_rates = np.asarray(constants["service_rates"], dtype=np.float64)
         self.obs = np.zeros((1, self.n_servers + 1), dtype=np.float32)
+        self.job_index = np.zeros(1, dtype=np.int64)
+        self.job_size = np.zeros(1)
+        self._last: dict[str, Any] = {}
 
     def reset(self) -> None:
-        """Nothing to forget: the servers' state arrives with every job."""
+        """A new job sequence (the round-robin rule counts from its first job)."""
+        self.job_index[:] = 0
+        self._last = {}
 
     def observe(self, m: dict[str, Any]) -> np.ndarray:
         if not isinstance(m, dict):
@@ -254,9 +301,25 @@ class ParkSession:
         loads = matrix(m, "loads", (self.n_servers,))
         if np.any(loads < 0):
             raise MeasurementError("field loads must be >= 0")
-        size = np.array([number(m, "job_size", low=0.0)])
-        park_observation(loads[None].copy(), size, self.obs_high, self.obs_scale, self.obs)
+        if self._last:
+            self.job_index += 1
+        self._last = m
+        self.job_size[:] = number(m, "job_size", low=0.0)
+        park_observation(loads[None].copy(), self.job_size.copy(), self.obs_high,
+                         self.obs_scale, self.obs)
         return self.obs
+
+    def work_left(self) -> np.ndarray:
+        """(1, S) time until each server is idle (measurement field ``work_left``)."""
+        return matrix(self._last, "work_left", (self.n_servers,))[None]
+
+    def queue_lengths(self) -> np.ndarray:
+        """(1, S) jobs at each server (measurement field ``queue_lengths``)."""
+        return matrix(self._last, "queue_lengths", (self.n_servers,))[None]
+
+    def service_times(self) -> np.ndarray:
+        """(1, S) time the arriving job would need on each server: ``int(size / rate)``."""
+        return np.floor(self.job_size[:, None] / self.service_rates)
 
     def action(self, a: Any) -> int:
         return int(a)

@@ -16,16 +16,17 @@ module named by ``-pyhelper=`` from ``-pypath=`` and calls, per flow (an integer
   argument; that resets every flow.
 
 A flow starts at ``initial_rate_bps`` (PCC-RL's 6 Mbit/s unless told; PCC passes none),
-clipped by the active clip, and
-``init`` / ``reset`` make the first decision on the empty history, as the simulator's first
-step does. Each sample is then one ``ctrl.decide`` (one monitor interval, as in the
-simulator); ``get_rate`` returns the latest decision however often it is called. (PCC-RL's
-``loaded_client.py`` instead acts again on every ``get_rate`` call.)
+clipped by the active clip, and ``init`` / ``reset`` make the first decision on the empty
+history, as the simulator's first step does. Each sample is then one ``ctrl.decide`` (one
+monitor interval, as in the simulator); ``get_rate`` returns the latest decision however often
+it is called. (PCC-RL's ``loaded_client.py`` instead acts again on every ``get_rate`` call.)
+The interval's rates are its bytes over the send duration, as the simulator measures them
+(``recv_*`` times are not used).
 
 Rate clip profiles: ``"contract"`` (default) clips the rate to the export's training clip
-(``contract["action"]``: ``min_rate`` / ``max_rate`` packets/s x ``packet_bytes``);
-``"pcc"`` uses PCC-RL's deployment clip, [0.5, 300] Mbit/s (the contract's
-``action.pcc_rl_deployment``, else :data:`PCC_PROFILE`, from ``loaded_client.py``). A policy never saw rates outside its training clip, so the contract
+(``contract["action"]["clip_bps"]``); ``"pcc"`` uses PCC-RL's deployment clip, [0.5, 300]
+Mbit/s (the contract's ``action.pcc_rl_deployment``, else :data:`PCC_PROFILE`, from
+``loaded_client.py``). A policy never saw rates outside its training clip, so the contract
 profile is the faithful one; the PCC profile reproduces PCC-RL's setup.
 
 Caveat: PCC-Uspace at commit 42751d7 builds ``rtt_samples`` with ``PyLong_FromLong`` on a
@@ -120,12 +121,14 @@ class AuroraFlows:
         except (TypeError, ValueError):
             raise MeasurementError(f"flow {flow_id}: rtt_samples must be a list of numbers, got "
                                    f"{rtt_samples!r:.60}") from None
-        measurement = {
-            "bytes_sent": bytes_sent, "bytes_acked": bytes_acked, "bytes_lost": bytes_lost,
-            "send_start_s": _seconds(send_start_time, "send_start_time", flow_id),
-            "send_end_s": _seconds(send_end_time, "send_end_time", flow_id),
-            "rtt_samples_s": samples, "packet_size": packet_size,
-        }
+        start = _seconds(send_start_time, "send_start_time", flow_id)
+        end = _seconds(send_end_time, "send_end_time", flow_id)
+        if end <= start:
+            raise MeasurementError(f"flow {flow_id}: send_end_time ({send_end_time}) must be "
+                                   f"after send_start_time ({send_start_time})")
+        measurement = {"bytes_sent": bytes_sent, "bytes_acked": bytes_acked,
+                       "bytes_lost": bytes_lost, "send_start_s": start, "send_end_s": end,
+                       "rtt_samples_s": samples, "packet_size": packet_size}
         self._warn_whole_seconds(flow_id, flow, rtt_samples, bytes_acked)
         try:
             rate = float(flow.ctrl.decide(measurement))

@@ -4,7 +4,9 @@ Pensieve's modified dash.js player downloads chunk 0 at the default level (1) by
 POSTs one JSON object per downloaded chunk to ``http://<server>:8333`` and plays the level the
 server answers (``text/plain``, a decimal index) for the next chunk. So the player's first POST
 of a video is the controller's first measurement: a session is ``ctrl.reset()`` followed by one
-``ctrl.decide({"last": ...})`` per POST, never a decision before chunk 0.
+``ctrl.decide({"last": ...})`` per POST, never a decision before chunk 0. (The simulator's
+first decision, chunk 0's level from the empty history, has no counterpart; the answer to the
+POST after chunk k is its decision for chunk k + 1.)
 
 Fields read (others, such as ``nextChunkSize``, ``Type``, ``bufferAdjusted`` or
 ``bandwidthEst``, are accepted and ignored):
@@ -29,9 +31,10 @@ stays on the player's chunk. The next chunk's sizes come from the contract's vid
 Pensieve's server reads them from its own files.
 
 Sessions are kept per client: by the JSON field ``client_id`` when present (several players
-behind one address), else by the client's IP address. A POST from a client with no session
-whose ``lastRequest`` is not 0, a ``lastRequest`` that goes back, bad JSON, a missing or
-non-numeric field get ``400`` with a one-line reason; the server keeps serving.
+behind one address), else by the client's IP address. A POST from an unknown client, or from
+one whose video ended, whose ``lastRequest`` is not 0, a ``lastRequest`` that goes back, bad
+JSON, a missing or non-numeric field, a bad ``Content-Length`` get ``400`` with a one-line
+reason; the server keeps serving.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from plume.deploy.runtime import MeasurementError, load_controller
 
 __all__ = [
     "CLIENT_FIELD", "DEFAULT_PORT", "PensieveDecisions", "PensieveHTTPServer",
-    "RequestError", "make_server",
+    "RequestError", "make_server", "parse_post",
 ]
 
 log = logging.getLogger("plume.deploy.pensieve")
@@ -133,7 +136,7 @@ class PensieveDecisions:
         constants = {**first.contract.get("constants", {}), **first.contract.get("action", {})}
         self.n_chunks = int(constants.get("n_chunks", 48))
         self.levels = len(constants.get("levels_kbps", ())) or 6
-        self._spare = [first]
+        self._template = first
         self._clients: OrderedDict[str, _Session] = OrderedDict()
         self._lock = threading.Lock()
         self.max_clients = max_clients
@@ -173,7 +176,7 @@ class PensieveDecisions:
                     raise RequestError(
                         f"unknown client {key}: no session here (a video starts with "
                         f"lastRequest 0, got {request})")
-                session = _Session(ctrl=self._spare.pop() if self._spare else None)
+                session = _Session(ctrl=self._template.fork())
                 self._clients[key] = session
                 self._evict()
             self._clients.move_to_end(key)
@@ -192,15 +195,14 @@ class PensieveDecisions:
             self._start(s)
         if request == s.last_request and s.answer is not None:
             return s.answer  # a retried POST
+        if request >= self.n_chunks:
+            return self._refresh(key, s, post)
+        if not s.active:
+            raise RequestError(f"client {key}: no video in progress (a video starts with "
+                               f"lastRequest 0, got {request})")
         if request < s.expected:
             raise RequestError(f"client {key}: lastRequest {request} out of order, expected "
                                f"{s.expected}")
-        rebuffer = _number(post, "RebufferTime")
-        if request >= self.n_chunks:
-            s.rebuffer_ms = rebuffer
-            self._log_end(key, s, "REFRESH")
-            s.active, s.expected, s.last_request, s.answer = False, 0, None, None
-            return "REFRESH"
         last = {"level": level, "size_bytes": _number(post, "lastChunkSize"),
                 "delay_ms": _number(post, "lastChunkFinishTime")
                 - _number(post, "lastChunkStartTime"), "buffer_s": _number(post, "buffer")}
@@ -213,9 +215,17 @@ class PensieveDecisions:
         answer = str(int(s.ctrl.decide({"last": last})))
         s.chunks += 1
         s.level_sum += level
-        s.rebuffer_ms = rebuffer
+        s.rebuffer_ms = _number(post, "RebufferTime")
         s.expected, s.last_request, s.answer = request + 1, request, answer
         return answer
+
+    def _refresh(self, key: str, s: _Session, post: dict) -> str:
+        """The video's last chunk is in: the player reloads; the session ends (once)."""
+        if s.active:
+            s.rebuffer_ms = _number(post, "RebufferTime")
+            self._log_end(key, s, "REFRESH")
+        s.active, s.expected, s.last_request, s.answer = False, 0, None, None
+        return "REFRESH"
 
     def _skip(self, key: str, s: _Session, request: int, last: dict) -> None:
         """Chunks the player reported in POSTs that failed are counted as glitches (zero
@@ -230,8 +240,6 @@ class PensieveDecisions:
 
     def _start(self, s: _Session) -> None:
         """A new video for this client: a fresh controller session."""
-        if s.ctrl is None:
-            s.ctrl = load_controller(self.export_dir)
         s.ctrl.reset()
         s.active, s.expected, s.last_request, s.answer = True, 0, None, None
         s.chunks, s.level_sum, s.rebuffer_ms = 0, 0, 0.0

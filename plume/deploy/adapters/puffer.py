@@ -23,12 +23,13 @@ Conversions (Puffer's ``python_ipc.cc``):
   a new video) starts another.
 
 A frame that is not valid JSON, misses a field or has a zero length prefix is answered
-``{"error": "<one line>"}`` with the same framing (the stream is still in sync) and logged;
-the session goes on. A length prefix longer than the bytes that follow (the rest does not
+``{"action": 0, "error": "<one line>"}`` with the same framing (the stream is still in sync)
+and logged; the session goes on. Puffer's reader takes ``action`` and would throw without
+one, so the answer carries the lowest format (the choice least likely to stall) beside the
+reason. A length prefix longer than the bytes that follow (the rest does not
 arrive within ``frame_timeout_s``, or the stream ends) leaves the stream out of sync: the
-error is answered where the socket still takes it and the session ends. Puffer's own reader
-expects ``action``, so an error answer is for diagnosis; it never crashes this process. An end
-of stream between frames ends the session cleanly.
+error is answered where the socket still takes it and the session ends; it never crashes
+this process. An end of stream between frames ends the session cleanly.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ MAX_SSIM_DB, MIN_SSIM_DB = 60.0, 0.0
 LOOKAHEAD, FORMATS = 5, 10
 """Puffer's ``MAX_LOOKAHEAD_HORIZON`` and ``ACTION_SPACE_N``."""
 _LENGTH = struct.Struct("!H")
+
+
+FALLBACK_ACTION = 0
+"""The format answered beside an error: Puffer's lowest."""
 
 
 class FrameError(ValueError):
@@ -279,7 +284,7 @@ class PufferIpcClient:
     def _error(self, e: FrameError) -> None:
         self.errors += 1
         self.totals["errors"] += 1
-        sent = self._write({"error": str(e)})
+        sent = self._write({"action": FALLBACK_ACTION, "error": str(e)})
         log.warning("puffer ipc %s: %s%s", self.ipc_path, e, "" if sent else " (not answered)")
 
     def _log_session(self, end: str) -> None:
