@@ -128,6 +128,29 @@ def test_export_agrees_with_the_policy_and_the_runtime_replays_its_decisions(tra
     assert steps > 0 and differ == 0
 
 
+def test_the_report_lists_exports_with_their_parity(trained, tmp_path):
+    from plume.report.cli import build_report
+
+    run_dir, export = trained("a2c-pensieve")
+    result = build_report([run_dir], tmp_path / "report", figures=False, reps=100,
+                          baseline=None)
+    text = result.report.read_text()
+    assert "## Exported controllers (plume-export)" in text
+    assert str(export.resolve()) in text
+    table = (tmp_path / "report" / "tables" / "exports.csv").read_text()
+    assert "a2c" in table and "model" in table
+    # A damaged record is listed as such; the run itself still reports.
+    record = (run_dir / "exports.json").read_text()
+    (run_dir / "exports.json").write_text("{not json")
+    try:
+        text = build_report([run_dir], tmp_path / "again", figures=False, reps=100,
+                            baseline=None).report.read_text()
+    finally:
+        (run_dir / "exports.json").write_text(record)
+    assert "exports.json: not valid JSON" in text
+    assert "Pooled **1 completed runs**" in text
+
+
 def test_contract_documents_the_gelato_observation(trained):
     _, export = trained("a2c-gelato")
     contract = read_contract(export)

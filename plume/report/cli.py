@@ -39,7 +39,14 @@ from plume.report.inference import (
     MIN_RUNS,
     coverage_text,
 )
-from plume.report.runs import CONTROLLER, RunInventory, RunScanError, load_scores, scan_runs
+from plume.report.runs import (
+    CONTROLLER,
+    RunInventory,
+    RunScanError,
+    exports_table,
+    load_scores,
+    scan_runs,
+)
 from plume.report.stats import (
     DEFAULT_REPS,
     PAPER_AGGREGATE_REPS,
@@ -171,6 +178,7 @@ def _tables(inventory: RunInventory, analysis: Analysis) -> dict[str, pd.DataFra
         "sample_efficiency": analysis.curves,
         "profiles": analysis.profiles,
         "runs": runs,
+        "exports": exports_table(inventory),
     }
     return {name: frame for name, frame in tables.items() if not frame.empty}
 
@@ -206,6 +214,12 @@ def _display(name: str, frame: pd.DataFrame) -> pd.DataFrame:
             bool), poi + " degenerate")
         shown["verdict"] = frame["verdict"]
         return shown
+    if name == "exports":
+        shown = frame.drop(columns=["run_dir"]).copy()
+        for column in ("max_diff_torchscript", "max_diff_onnx"):
+            shown[column] = frame[column].map(
+                lambda v: "" if pd.isna(v) else f"{v:.1e}").astype(object)
+        return shown.fillna("")
     if name == "breakdowns":
         shown = frame[["grouping", "group", "members", "algorithm", "n_runs", "n_traces"]].copy()
         shown["mean [95% t]"] = _ci(frame, "mean", "mean_lo", "mean_hi")
@@ -400,6 +414,11 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
                   "", ("Mean over the test traces of each test set: the env's raw score and "
                        "the same normalisation as above."), "",
                   to_markdown(tables["controllers"])]
+    if "exports" in tables:
+        lines += ["## Exported controllers (plume-export)", "",
+                  ("TorchScript and ONNX checked against PyTorch on the run's own test "
+                   "observations: steps compared, near-tied steps, largest output difference "
+                   "per format."), "", to_markdown(_display("exports", tables["exports"]))]
     lines += ["## Comparisons with the baseline", ""]
     lines += ([to_markdown(_display("probability_of_improvement", a.poi))] if not a.poi.empty
               else ["None computed.", ""])

@@ -39,6 +39,7 @@ CONFIG = "config.yaml"
 HYDRA_CONFIG = ".hydra/config.yaml"
 EVAL = "eval.parquet"
 SCORE = "score.json"
+EXPORTS = "exports.json"
 COMPLETED, FAILED, RUNNING, INTERRUPTED = "completed", "failed", "running", "interrupted"
 BROKEN = "broken"
 #: The states a ``status.json`` may hold (``interrupted``: a running job whose process died).
@@ -103,6 +104,9 @@ class RunFiles:
     eval: pd.DataFrame | None = None
     state: str = BROKEN
     problem: str | None = None
+    exports: list[dict[str, Any]] = field(default_factory=list)
+    """The controller's exports (``exports.json``, plume-export); a damaged file gives one
+    entry with ``problem`` and does not make the run broken."""
 
 
 @dataclass
@@ -215,6 +219,17 @@ def _describe(run_dir: Path, files: RunFiles) -> dict[str, Any]:
     }
 
 
+EXPORT_COLUMNS = ["run_dir", "kind", "policy", "path", "parity_steps", "ties",
+                  "max_diff_torchscript", "max_diff_onnx", "created", "problem"]
+
+
+def exports_table(inventory: RunInventory) -> pd.DataFrame:
+    """One row per export of every scanned run (``plume-export``'s record in the run)."""
+    rows = [{"run_dir": run_dir, **entry} for run_dir, files in inventory.files.items()
+            for entry in files.exports]
+    return pd.DataFrame(rows, columns=EXPORT_COLUMNS)
+
+
 # --------------------------------------------------------------------------- reading one run
 
 
@@ -243,7 +258,40 @@ def read_run(run_dir: str | Path) -> RunFiles:
                 problems.append(str(err))
     if problems:
         files.state, files.problem, files.eval = BROKEN, problems[0], None
+    files.exports = _read_exports(run_dir)
     return files
+
+
+def _read_exports(run_dir: Path) -> list[dict[str, Any]]:
+    """The checked entries of ``exports.json``: where, what, and the parity check's result."""
+    if not os.path.lexists(run_dir / EXPORTS):
+        return []
+    try:
+        entries = _mapping(_load_json(run_dir / EXPORTS, EXPORTS), EXPORTS).get("exports")
+        if not isinstance(entries, list):
+            raise RunFileError(f"{EXPORTS}: 'exports' is not a list")
+        return [_check_export(_mapping(e, f"{EXPORTS}: an entry")) for e in entries]
+    except RunFileError as err:
+        return [{"problem": str(err)}]
+
+
+def _check_export(entry: dict[str, Any]) -> dict[str, Any]:
+    at = f"{EXPORTS}: "
+    parity = _mapping(entry.get("parity") or {}, f"{at}parity")
+    formats = _mapping(parity.get("formats") or {}, f"{at}parity.formats")
+    checked = {
+        "path": _text(entry.get("path"), f"{at}path"),
+        "kind": _name(entry.get("kind"), f"{at}kind"),
+        "policy": _name(entry.get("algorithm") or entry.get("controller"), f"{at}policy"),
+        "created": _text(entry.get("created"), f"{at}created", limit=NAME_LIMIT),
+        "parity_steps": _whole(parity.get("steps"), f"{at}parity.steps", (0, 2**62)),
+        "ties": _whole(parity.get("ties"), f"{at}parity.ties", (0, 2**62)),
+    }
+    for name in ("torchscript", "onnx"):
+        diff = _mapping(formats.get(name) or {}, f"{at}parity.formats.{name}")
+        checked[f"max_diff_{name}"] = _real(diff.get("max_abs_diff"),
+                                            f"{at}parity.formats.{name}.max_abs_diff", low=0.0)
+    return checked
 
 
 def read_score_file(run_dir: str | Path) -> dict[str, Any]:
