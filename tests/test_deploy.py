@@ -151,6 +151,25 @@ def test_the_report_lists_exports_with_their_parity(trained, tmp_path):
     assert "Pooled **1 completed runs**" in text
 
 
+def test_a_run_that_logs_to_wandb_gets_the_export_as_an_artifact(trained, tmp_path):
+    """Offline (nothing leaves the machine): the artifact is in the offline run's records,
+    for ``wandb sync`` to upload with it."""
+    import shutil
+
+    import yaml
+
+    run_dir, _ = trained("a2c-mlp-gaussian")
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("export", "exports.json"))
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["logger"] = {"name": "wandb", "mode": "offline", "project": "plume", "entity": None,
+                        "tags": []}
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    export_run(copy)
+    (records,) = copy.glob("wandb/offline-run-*/run-*.wandb")
+    assert f"controller-{copy.name}".encode() in records.read_bytes()
+
+
 def test_contract_documents_the_gelato_observation(trained):
     _, export = trained("a2c-gelato")
     contract = read_contract(export)
