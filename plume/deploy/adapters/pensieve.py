@@ -263,6 +263,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     server_version = "plume-pensieve/1"
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in two writes; with Nagle on, the body waits for the client's
+    # delayed ACK (~40 ms per decision on Linux, measured by benchmarks/bench_deploy.py).
+    disable_nagle_algorithm = True
 
     def setup(self) -> None:
         self.timeout = self.server.request_timeout_s  # a short body fails, never hangs

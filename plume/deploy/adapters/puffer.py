@@ -91,12 +91,14 @@ def _table(msg: dict, key: str) -> list[list[float]]:
     rows = _field(msg, key)
     if not isinstance(rows, list) or len(rows) != LOOKAHEAD:
         raise FrameError(f"field {key} must be a list of {LOOKAHEAD} lists")
-    out = []
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != FORMATS:
             raise FrameError(f"field {key}[{i}] must be a list of {FORMATS} numbers")
-        out.append([_number(v, f"{key}[{i}][{j}]") for j, v in enumerate(row)])
-    return out
+        if not all(type(v) in (int, float) and math.isfinite(v) for v in row):
+            j = next(j for j, v in enumerate(row)  # named only when wrong: the common case
+                     if not (type(v) in (int, float) and math.isfinite(v)))  # stays cheap
+            _number(row[j], f"{key}[{i}][{j}]")
+    return [[float(v) for v in row] for row in rows]
 
 
 def _ssim_index(value: float, name: str) -> float:
