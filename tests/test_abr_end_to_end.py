@@ -84,7 +84,7 @@ def test_a_directory_of_trace_files_trains_and_reports_with_no_user_code(
 
 
 def test_gelato_trains_with_each_plume_sampler(compose_cfg, tmp_path):
-    for sampler in ("uniform", "plume_static", "plume_dynamic"):
+    for sampler in ("plume_static", "plume_dynamic"):  # uniform: tests/test_deploy.py trains it
         out = tmp_path / sampler
         run_job(compose_cfg(*ABR_TINY, "env=abr", f"sampler={sampler}"), out)
         frame = pd.read_parquet(out / "eval.parquet")

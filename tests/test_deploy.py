@@ -35,13 +35,14 @@ BASE += ["logger=none", "train.eval_points=1", "env.n_envs=4", "analysis.k_range
          "analysis.selection.k_end=3"]
 DQN = ["algo.buffer_size=512", "algo.learning_starts=64", "algo.batch_size=32"]
 CASES = {
-    # name: (overrides, slow)
-    "a2c-gelato": (["env=abr", "algo=a2c_gelato", "train.total_steps=64"], False),
+    # name: (overrides, slow). The default suite covers each head and network once: categorical
+    # (Pensieve's network), Gaussian (MLP) and DQN (Gelato's network); -m slow runs them all.
+    "a2c-gelato": (["env=abr", "algo=a2c_gelato", "train.total_steps=64"], True),
     "a2c-pensieve": (["env=abr", "env.variant=pensieve", "algo=a2c_pensieve",
                       "train.total_steps=64"], False),
     "a2c-mlp-gaussian": (["env=cc", "algo=a2c_aurora", "train.total_steps=64"], False),
     "ppo-mlp-categorical": (["env=lb", "algo=ppo_lb", "algo.n_steps=16", "algo.n_minibatches=2",
-                             "algo.n_epochs=1", "train.total_steps=64"], False),
+                             "algo.n_epochs=1", "train.total_steps=64"], True),
     "dqn-gelato": (["env=abr", "algo=dqn_gelato", *DQN, "train.total_steps=128"], False),
     "ppo-gelato": (["env=abr", "algo=ppo_abr", "algo.n_steps=16", "algo.n_minibatches=2",
                     "train.total_steps=64"], True),
@@ -171,7 +172,7 @@ def test_a_run_that_logs_to_wandb_gets_the_export_as_an_artifact(trained, tmp_pa
 
 
 def test_contract_documents_the_gelato_observation(trained):
-    _, export = trained("a2c-gelato")
+    _, export = trained("dqn-gelato")
     contract = read_contract(export)
     assert contract["env"] == {**contract["env"], "name": "abr", "variant": "gelato"}
     obs = contract["observation"]

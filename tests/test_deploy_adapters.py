@@ -1,5 +1,7 @@
 """The protocol adapters (plume.deploy.adapters, plume-serve), each driven by a client written
-from the protocol's description (reference/deployment.md), not from the adapter's code:
+from the protocols' descriptions (Pensieve's rl_server fields, Puffer's python_ipc framing,
+PCC-Uspace's helper calls, as the README and the adapters' docstrings state them), not from
+the adapters' code:
 
 * replayed simulated sessions get, through the real transport (HTTP on 127.0.0.1, a Unix
   socket, PCC's function calls), exactly the decisions the policy made in simulation;

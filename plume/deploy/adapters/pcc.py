@@ -1,4 +1,4 @@
-"""PCC-Uspace's Python rate-control helper backed by a Plume Aurora export (deployment.md §3).
+"""PCC-Uspace's Python rate-control helper backed by a Plume Aurora export.
 
 PCC-Uspace's sender (``src/pcc/rate_control/pcc_python_rc.cpp``) embeds Python, imports the
 module named by ``-pyhelper=`` from ``-pypath=`` and calls, per flow (an integer id):

@@ -1,4 +1,4 @@
-"""Pensieve's dash.js decision server backed by a Plume export (deployment.md §1).
+"""Pensieve's dash.js decision server backed by a Plume export (Pensieve: rl_server/).
 
 Pensieve's modified dash.js player downloads chunk 0 at the default level (1) by itself, then
 POSTs one JSON object per downloaded chunk to ``http://<server>:8333`` and plays the level the

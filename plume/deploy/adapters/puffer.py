@@ -1,4 +1,4 @@
-"""Puffer's ``python_ipc`` controller backed by a Plume export (deployment.md §2.1), for the
+"""Puffer's ``python_ipc`` controller backed by a Plume export (Puffer: src/abr/), for the
 Gelato setting (Puffer's 10 formats, 2.002 s chunks).
 
 Puffer binds and listens on a Unix stream socket, starts the controller as
