@@ -350,3 +350,21 @@ def test_unusable_exports_fail_in_one_line(tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         f"plume-export: {tmp_path}: not a run directory (no config.yaml)"]
+
+
+def test_a_bad_measurement_leaves_the_session_as_it_was(tmp_path):
+    """The same good chunk after a rejected one gives the observation it gives without it."""
+    export = export_controller("abr", {}, "bba", tmp_path / "bba")
+    ahead = {"next_sizes_mb": [[0.1 * (j + 1) for j in range(10)]] * 5,
+             "next_ssim_db": [[8.0 + j for j in range(10)]] * 5}
+    chunk = {"size_mb": 1.0, "ssim_db": 14.0, "delay_s": 0.9, "buffer_s": 6.0, "stall_s": 0.0}
+    clean, disturbed = load_controller(export), load_controller(export)
+    for controller in (clean, disturbed):
+        controller.decide({"last": None, **ahead})
+        controller.decide({"last": chunk, **ahead})
+    with pytest.raises(MeasurementError, match="last.buffer_s"):
+        disturbed.decide({"last": {**chunk, "ssim_db": 3.0, "buffer_s": -1.0}, **ahead})
+    following = {**chunk, "ssim_db": 10.0, "stall_s": 0.5}
+    assert clean.decide({"last": following, **ahead}) == disturbed.decide(
+        {"last": following, **ahead})
+    np.testing.assert_array_equal(clean.observation, disturbed.observation)

@@ -111,14 +111,16 @@ class GelatoSession:
             self.reset()
             self.observer.restart(np.arange(1), sizes[None], ssim[None])
             return self.observer.obs
-        quality = _one(number(last, "ssim_db", "last."))
+        # Every field is checked before any state changes: a bad measurement leaves none.
+        quality, size, delay, buffer = (_one(number(last, key, "last.", low)) for key, low in (
+            ("ssim_db", None), ("size_mb", 0.0), ("delay_s", 0.0), ("buffer_s", 0.0)))
         stall = _one(number(last, "stall_s", "last.", 0.0))
+        if self._first[0]:
+            stall[:] = 0.0  # the session's first chunk has no stall, as in the simulator
         rt = gelato_reward(quality, self._prev, stall, self._first, self.weights, self._raw,
                            self._change, self._s1)
-        self.observer.push(quality, _one(number(last, "size_mb", "last.", 0.0)),
-                           _one(number(last, "delay_s", "last.", 0.0)),
-                           _one(number(last, "buffer_s", "last.", 0.0)), rt, stall,
-                           sizes[None, -1], ssim[None, -1])
+        self.observer.push(quality, size, delay, buffer, rt, stall, sizes[None, -1],
+                           ssim[None, -1])
         self.observer.set_lookahead(sizes[None], ssim[None])
         self._first[:] = False
         return self.observer.obs
@@ -155,16 +157,17 @@ class PensieveSession:
             raise MeasurementError(f"field last.level must be a level index 0.."
                                    f"{len(self.levels_kbps) - 1}, got {level:g}")
         delay = number(last, "delay_ms", "last.", 0.0)
+        buffer_ms = number(last, "buffer_s", "last.", 0.0) * 1000.0
+        size = number(last, "size_bytes", "last.", 0.0)
+        chunk = min(int(self.downloaded[0]) + 1, self.n_chunks)
+        next_sizes = (self.sizes[chunk] if m.get("next_sizes_bytes") is None else
+                      matrix(m, "next_sizes_bytes", (len(self.levels_kbps),)))
         self.downloaded += 1
         if delay == 0.0:  # a player glitch: Pensieve's server reuses its previous state
             return self.observer.obs
-        next_sizes = (self.sizes[min(int(self.downloaded[0]), self.n_chunks)] if
-                      m.get("next_sizes_bytes") is None else
-                      matrix(m, "next_sizes_bytes", (len(self.levels_kbps),)))
-        self.observer.push(_one(self.levels_kbps[int(level)]),
-                           _one(number(last, "buffer_s", "last.", 0.0) * 1000.0),
-                           _one(number(last, "size_bytes", "last.", 0.0)), _one(delay),
-                           self.downloaded, (next_sizes / 1e6).astype(np.float32)[None])
+        self.observer.push(_one(self.levels_kbps[int(level)]), _one(buffer_ms), _one(size),
+                           _one(delay), self.downloaded,
+                           (next_sizes / 1e6).astype(np.float32)[None])
         return self.observer.obs
 
     def action(self, a: Any) -> int:
@@ -301,10 +304,11 @@ class ParkSession:
         loads = matrix(m, "loads", (self.n_servers,))
         if np.any(loads < 0):
             raise MeasurementError("field loads must be >= 0")
+        size = number(m, "job_size", low=0.0)
         if self._last:
             self.job_index += 1
         self._last = m
-        self.job_size[:] = number(m, "job_size", low=0.0)
+        self.job_size[:] = size
         park_observation(loads[None].copy(), self.job_size.copy(), self.obs_high,
                          self.obs_scale, self.obs)
         return self.obs

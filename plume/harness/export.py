@@ -80,6 +80,10 @@ def _export_learned(cfg, rundir: RunDirectory, out: Path) -> dict[str, Any]:
                                       total_env_steps=job.train.total_steps)
     checkpoint = rundir.load_checkpoint()
     agent.load_state_dict(checkpoint["agent"])
+    state = (rundir.status() or {}).get("state")
+    if state != "completed":
+        log.warning("the run is %s: exporting its last checkpoint (%s env steps)", state,
+                    f"{int(checkpoint.get('env_steps', 0)):,}")
     observations = record_observations(job.env_spec, job.env_params, inputs.test_sets,
                                        lambda obs: agent.act(obs, deterministic=True))
     traces = {"train": inputs.train_traces, **inputs.test_sets}
