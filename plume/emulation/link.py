@@ -1,0 +1,257 @@
+"""A trace-driven link between two TUN devices, with Mahimahi's semantics.
+
+Per direction (server -> client is ``down``, client -> server ``up``):
+
+1. A packet read from the sending side's TUN device is dropped at random with probability
+   ``loss`` (Mahimahi's ``mm-loss``), else held for the one-way ``delay_ms`` (``mm-delay``).
+2. It then joins a droptail queue (``mm-link --*-queue=droptail``), bounded in ``packets`` or
+   ``bytes`` (None: unbounded, Mahimahi's default); a packet that would exceed the bound is
+   dropped.
+3. The queue drains at the trace's **delivery opportunities**: a list of millisecond
+   timestamps, each the chance to deliver ``OPPORTUNITY_BYTES`` (one 1500-byte packet), looping
+   with the trace's period. As in Mahimahi's ``LinkQueue``, an opportunity's bytes may finish
+   one packet and start the next; an opportunity with nothing queued is lost.
+
+The loop runs in one process (``link.main``, started by
+:class:`plume.emulation.emulator.Emulator` with the two TUN descriptors), waking at the next
+arrival, release or opportunity (``select`` with microsecond timeouts). On SIGTERM it writes its
+counters to the spec's ``stats`` path: packets and bytes in, dropped by loss and by the queue,
+delivered, and bytes delivered in every second of the run per direction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["OPPORTUNITY_BYTES", "Direction", "Schedule", "run"]
+
+OPPORTUNITY_BYTES = 1500
+"""Bytes one delivery opportunity carries (an MTU-sized IP packet; the TUN devices carry
+no packet-information header, so Mahimahi's 1504 counts the same payload)."""
+BITS_PER_OPPORTUNITY = OPPORTUNITY_BYTES * 8
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Delivery opportunities: ``times_ms`` (sorted, within one period) repeating every
+    ``period_ms``."""
+
+    times_ms: np.ndarray
+    period_ms: int
+
+    @classmethod
+    def constant(cls, mbps: float) -> Schedule:
+        """A constant rate, to the millisecond: ``mbps`` x 1000 / 12 opportunities a second,
+        spread evenly over a period of 12 ms per Mbit/s rounding."""
+        return cls.from_bandwidth(np.array([0.0]), np.array([float(mbps)]), period_s=1.0)
+
+    @classmethod
+    def from_bandwidth(cls, time_s: np.ndarray, mbps: np.ndarray, period_s: float) -> Schedule:
+        """Opportunities from a bandwidth series (``mbps[j]`` holds from ``time_s[j]`` to the
+        next sample, the last until ``period_s``): one where the cumulative bits cross each
+        multiple of 12,000, at the millisecond it happens (floor), as Mahimahi's traces of
+        a rate are written."""
+        edges = np.append(np.asarray(time_s, np.float64), float(period_s))
+        bits = np.concatenate([[0.0], np.cumsum(np.diff(edges) * np.asarray(mbps) * 1e6)])
+        count = int(bits[-1] // BITS_PER_OPPORTUNITY)
+        if count < 1:
+            raise ValueError("the trace delivers less than one packet per period")
+        targets = np.arange(1, count + 1) * BITS_PER_OPPORTUNITY
+        at = np.interp(targets, bits, edges)  # the time each packet's last bit arrives
+        return cls(np.floor(at * 1000.0).astype(np.int64), max(int(round(period_s * 1000)), 1))
+
+    @classmethod
+    def from_mahimahi(cls, path: str | Path) -> Schedule:
+        """A Mahimahi trace file: one millisecond timestamp per line; period = the last."""
+        lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+        try:
+            times = np.array([int(line) for line in lines], dtype=np.int64)
+        except ValueError as err:
+            raise ValueError(f"{path}: not a Mahimahi trace ({err})") from None
+        if len(times) == 0 or times[-1] <= 0 or np.any(np.diff(times) < 0):
+            raise ValueError(f"{path}: timestamps must be non-decreasing and end above 0")
+        return cls(times, int(times[-1]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"times_ms": self.times_ms.tolist(), "period_ms": self.period_ms}
+
+
+@dataclass
+class Direction:
+    """One direction's delay line, droptail queue and opportunities (see module docstring)."""
+
+    schedule: Schedule
+    delay_ms: float = 0.0
+    queue_packets: int | None = None
+    queue_bytes: int | None = None
+    loss: float = 0.0
+    seed: int = 0
+    delayed: deque = field(default_factory=deque)
+    queue: deque = field(default_factory=deque)
+    queued_bytes: int = 0
+    in_transit: bytes | None = None
+    transit_left: int = 0
+    next_index: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("packets_in", "bytes_in", "lost", "queue_drops", "delivered", "bytes_out"), 0))
+    per_second: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def arrive(self, packet: bytes, now_ms: float) -> None:
+        self.counts["packets_in"] += 1
+        self.counts["bytes_in"] += len(packet)
+        if self.loss and self.rng.random() < self.loss:
+            self.counts["lost"] += 1
+            return
+        self.delayed.append((now_ms + self.delay_ms, packet))
+
+    def _enqueue(self, packet: bytes) -> None:
+        full = ((self.queue_packets is not None and len(self.queue) >= self.queue_packets) or
+                (self.queue_bytes is not None and
+                 self.queued_bytes + len(packet) > self.queue_bytes))
+        if full:
+            self.counts["queue_drops"] += 1
+            return
+        self.queue.append(packet)
+        self.queued_bytes += len(packet)
+
+    def opportunity_at(self, index: int) -> int:
+        times, period = self.schedule.times_ms, self.schedule.period_ms
+        return int(times[index % len(times)] + period * (index // len(times)))
+
+    def service(self, now_ms: float, deliver) -> None:
+        """Everything due up to ``now_ms``, in time order: a packet joins the queue when its
+        delay ends and can use only the opportunities from then on (``deliver(packet)``
+        writes a packet out). Opportunities with nothing to send are lost."""
+        while (t := self.opportunity_at(self.next_index)) <= now_ms:
+            while self.delayed and self.delayed[0][0] <= t:
+                self._enqueue(self.delayed.popleft()[1])
+            if self.queue or self.transit_left:
+                self._use_opportunity(t, deliver)
+                self.next_index += 1
+            elif self.delayed and self.delayed[0][0] <= now_ms:
+                self._skip_to(self.delayed[0][0])
+            else:
+                self._skip_to(now_ms)
+                break
+        while self.delayed and self.delayed[0][0] <= now_ms:
+            self._enqueue(self.delayed.popleft()[1])
+
+    def _skip_to(self, t_ms: float) -> None:
+        """The next opportunity is the first at or after ``t_ms``."""
+        times, period = self.schedule.times_ms, self.schedule.period_ms
+        cycle = int(t_ms // period)
+        position = int(np.searchsorted(times, t_ms - cycle * period, side="left"))
+        self.next_index = max(self.next_index, cycle * len(times) + position)
+
+    def _use_opportunity(self, at_ms: int, deliver) -> None:
+        budget = OPPORTUNITY_BYTES
+        while budget > 0:
+            if self.transit_left == 0:
+                if not self.queue:
+                    return
+                self.in_transit = self.queue.popleft()
+                self.queued_bytes -= len(self.in_transit)
+                self.transit_left = len(self.in_transit)
+            sent = min(budget, self.transit_left)
+            budget -= sent
+            self.transit_left -= sent
+            if self.transit_left == 0:
+                deliver(self.in_transit)
+                self._count_delivery(len(self.in_transit), at_ms)
+
+    def _count_delivery(self, size: int, at_ms: int) -> None:
+        self.counts["delivered"] += 1
+        self.counts["bytes_out"] += size
+        second = at_ms // 1000
+        if second >= len(self.per_second):
+            self.per_second.extend([0] * (second + 1 - len(self.per_second)))
+        self.per_second[second] += size
+
+    def next_event_ms(self) -> float:
+        """When this direction next has something to do (inf: nothing queued or in flight)."""
+        if self.queue or self.transit_left:
+            return float(self.opportunity_at(self.next_index))
+        return self.delayed[0][0] if self.delayed else math.inf
+
+    def summary(self) -> dict[str, Any]:
+        return {**self.counts, "bytes_per_second": self.per_second}
+
+
+def _direction(spec: dict[str, Any]) -> Direction:
+    schedule = Schedule(np.asarray(spec["schedule"]["times_ms"], np.int64),
+                        int(spec["schedule"]["period_ms"]))
+    return Direction(schedule, float(spec.get("delay_ms", 0.0)), spec.get("queue_packets"),
+                     spec.get("queue_bytes"), float(spec.get("loss", 0.0)),
+                     int(spec.get("seed", 0)))
+
+
+def run(spec: dict[str, Any], server_fd: int, client_fd: int) -> dict[str, Any]:
+    """Move packets between the two TUN descriptors until SIGTERM (or ``spec["seconds"]``);
+    returns the counters."""
+    down, up = _direction(spec["down"]), _direction(spec["up"])
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    for fd in (server_fd, client_fd):
+        os.set_blocking(fd, False)
+    routes = {server_fd: (down, client_fd), client_fd: (up, server_fd)}
+    start = time.monotonic()
+    limit = float(spec.get("seconds") or math.inf)
+    while not stop["now"]:
+        now = (time.monotonic() - start) * 1000.0
+        if now >= limit * 1000.0:
+            break
+        wake = min(down.next_event_ms(), up.next_event_ms(), limit * 1000.0)
+        # select, not epoll: its timeout has microseconds (epoll rounds up to a millisecond,
+        # which would add up to 1 ms per hop to every delay).
+        ready, _, _ = select.select(list(routes), [], [],
+                                    max(wake - now, 0.0) / 1000.0 if wake < math.inf else 0.05)
+        for fd in ready:
+            _read_all(fd, routes[fd][0], (time.monotonic() - start) * 1000.0)
+        now = (time.monotonic() - start) * 1000.0
+        for direction, out in routes.values():
+            direction.service(now, lambda packet, out=out: _write(out, packet))
+    return {"down": down.summary(), "up": up.summary(),
+            "seconds": round(time.monotonic() - start, 3)}
+
+
+def _read_all(fd: int, direction: Direction, now_ms: float) -> None:
+    while True:
+        try:
+            packet = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        direction.arrive(packet, now_ms)
+
+
+def _write(fd: int, packet: bytes) -> None:
+    try:
+        os.write(fd, packet)
+    except OSError:  # the receiving side is gone or its TUN queue is full: the packet is lost
+        pass
+
+
+def main() -> None:
+    """``main()`` with argv ``SPEC.json SERVER_FD CLIENT_FD`` (the emulator starts it)."""
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    stats = run(spec, int(sys.argv[2]), int(sys.argv[3]))
+    if spec.get("stats"):
+        Path(spec["stats"]).write_text(json.dumps(stats))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Two network namespaces joined by a user-space link: the emulator's sandbox.
+
+Each side is a network namespace made by ``unshare --net`` around a small *anchor* process.
+The anchor brings up loopback and a TUN device (``plume0``: a point-to-point address to the
+other side; IPv6 off, so only the applications' packets cross the link), hands the TUN file descriptor to the parent over a Unix socket pair, and then
+waits. The namespace lives exactly as long as the processes in it and the TUN descriptors:
+nothing is named in ``/run/netns`` and nothing is left behind when the emulator ends, also
+after Ctrl-C or SIGKILL. Every process started here (anchors, the link, applications) gets
+``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with the process that started it. The host's
+interfaces, routes and qdiscs are never touched.
+
+Needs CAP_NET_ADMIN: root, or an unprivileged user namespace where the kernel allows one
+(``unshare --user --map-root-user --net``); without either, :class:`EmulationUnavailable`
+says so in one line.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["ADDRESSES", "EmulationUnavailable", "NamespacePair", "Side", "can_emulate"]
+
+ADDRESSES = {"server": "10.231.0.1", "client": "10.231.0.2"}
+"""The TUN addresses of the two sides (a /32 each, the other side as the peer)."""
+TUN_NAME = "plume0"
+MTU = 1500
+_PR_SET_PDEATHSIG = 1
+_ANCHOR = r"""
+import array, fcntl, os, socket, struct, subprocess, sys
+name, address, peer, mtu, sock_fd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+TUNSETIFF, IFF_TUN, IFF_NO_PI = 0x400454CA, 0x0001, 0x1000
+tun = os.open("/dev/net/tun", os.O_RDWR)
+fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+for conf in ("all", "default", name):  # no IPv6 chatter (router solicitations) on the link
+    try:
+        with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as flag:
+            flag.write("1")
+    except FileNotFoundError:  # a kernel without IPv6
+        pass
+for cmd in (["ip", "link", "set", "lo", "up"],
+            ["ip", "link", "set", name, "mtu", mtu, "up"],
+            ["ip", "addr", "add", address + "/32", "peer", peer + "/32", "dev", name]):
+    subprocess.run(cmd, check=True)
+sock = socket.socket(fileno=sock_fd)
+sock.sendmsg([b"ok"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [tun]))])
+sock.recv(1)  # the parent closes its end when done (or dies): then this namespace ends
+"""
+
+
+class EmulationUnavailable(RuntimeError):
+    """This machine or user cannot make network namespaces with TUN devices."""
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILL when the process that started it dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _unshare_prefix() -> list[str]:
+    """How to get a network namespace here: plain as root, through a user namespace else."""
+    return (["unshare", "--net"] if os.geteuid() == 0
+            else ["unshare", "--user", "--map-root-user", "--net"])
+
+
+def can_emulate() -> str | None:
+    """None when namespaces with a TUN device can be made here, else the one-line reason."""
+    probe = [*_unshare_prefix(), sys.executable, "-c",
+             "import os; os.close(os.open('/dev/net/tun', os.O_RDWR))"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"emulation needs unshare(1) and CAP_NET_ADMIN: {err}"
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["unknown error"])[-1]
+        return ("emulation needs CAP_NET_ADMIN (root, or unprivileged user namespaces "
+                f"enabled) and /dev/net/tun: {reason}")
+    return None
+
+
+@dataclass
+class Side:
+    """One namespace: its anchor process, TUN descriptor (held by the parent) and address."""
+
+    name: str
+    address: str
+    anchor: subprocess.Popen
+    tun_fd: int
+    control: socket.socket
+
+    @property
+    def netns_path(self) -> str:
+        return f"/proc/{self.anchor.pid}/ns/net"
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside this namespace."""
+        prefix = ["nsenter", f"--net={self.netns_path}"]
+        if os.geteuid() != 0:
+            prefix.insert(1, f"--user=/proc/{self.anchor.pid}/ns/user")
+        return [*prefix, "--", *argv]
+
+    def popen(self, argv: Sequence[str], **kwargs) -> subprocess.Popen:
+        """Start ``argv`` in this namespace; it dies with this process."""
+        return subprocess.Popen(self.command(argv), preexec_fn=die_with_parent, **kwargs)
+
+
+class NamespacePair:
+    """The server and client namespaces, each with a TUN device whose descriptor this
+    process holds; a context manager that always ends both."""
+
+    def __init__(self) -> None:
+        reason = can_emulate()
+        if reason is not None:
+            raise EmulationUnavailable(reason)
+        self.sides: dict[str, Side] = {}
+
+    def __enter__(self) -> NamespacePair:
+        try:
+            for name in ("server", "client"):
+                other = "client" if name == "server" else "server"
+                self.sides[name] = self._anchor(name, ADDRESSES[name], ADDRESSES[other])
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _anchor(self, name: str, address: str, peer: str) -> Side:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv = [*_unshare_prefix(), sys.executable, "-c", _ANCHOR, TUN_NAME, address, peer,
+                str(MTU), str(child.fileno())]
+        anchor = subprocess.Popen(argv, pass_fds=(child.fileno(),), preexec_fn=die_with_parent,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        child.close()
+        parent.settimeout(20)
+        fds = array.array("i")
+        try:
+            _, ancillary, _, _ = parent.recvmsg(16, socket.CMSG_LEN(fds.itemsize))
+        except (OSError, socket.timeout):
+            anchor.kill()
+            raise EmulationUnavailable(f"the {name} namespace did not start: "
+                                       f"{anchor.stderr.read().decode()[-300:]}") from None
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:fds.itemsize])
+        if not fds:
+            anchor.kill()
+            raise EmulationUnavailable(f"the {name} namespace sent no TUN descriptor")
+        return Side(name, address, anchor, fds[0], parent)
+
+    def close(self) -> None:
+        """End both namespaces: close the TUN descriptors, release and reap the anchors."""
+        for side in self.sides.values():
+            for close in (lambda: os.close(side.tun_fd), side.control.close):
+                try:
+                    close()
+                except OSError:
+                    pass
+            try:
+                side.anchor.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                side.anchor.kill()
+                side.anchor.wait()
+        self.sides.clear()
