@@ -214,3 +214,52 @@ def test_a_killed_emulator_leaves_no_process_and_no_namespace():
     finally:
         if emulator.poll() is None:
             emulator.kill()
+
+
+# ------------------------------------------------------------------- ABR over real TCP
+@needs_namespaces
+def test_abr_sessions_over_real_tcp_write_the_gap_against_the_simulator(tmp_path):
+    """Two Pensieve-setting traces, 4 chunks each, BBA: both modes on the same traces, the
+    per-chunk records and the gap table; the emulated chunks took real time."""
+    import pandas as pd
+
+    from plume.emulation.job import main
+
+    started = time.monotonic()
+    main(["abr", "--controller", "bba", "--traces", "2", "--parallel", "2", "--chunks", "4",
+          "--out", str(tmp_path)])
+    frame = pd.read_parquet(tmp_path / "emulation.parquet")
+    assert sorted(frame["mode"]) == ["emulation"] * 2 + ["simulation"] * 2
+    assert (frame["length"] == 4).all() and (frame["video_seconds"] == 16.0).all()
+    chunks = pd.read_parquet(tmp_path / "steps.parquet")
+    emulated = chunks[chunks["mode"] == "emulation"]
+    # Every emulated download took at least the link's round trip (2 x 40 ms).
+    assert (emulated["delay"] >= 0.08).all()
+    # ... and happened in real time (the two sessions ran side by side).
+    assert emulated.groupby("trace")["delay"].sum().max() <= time.monotonic() - started
+    gap = pd.read_csv(tmp_path / "gap.csv")
+    assert list(gap["metric"]) == ["qoe_per_chunk", "mean_level", "stall", "throughput_mbps"]
+    assert gap["gap_lo"].isna().all()  # 2 traces: no interval
+    assert "| qoe_per_chunk |" in (tmp_path / "gap.md").read_text()
+
+
+@needs_namespaces
+def test_cc_flows_over_real_udp_write_the_gap_against_the_fluid_model(tmp_path):
+    """AIMD on two Aurora test links for 40 monitor intervals: a paced UDP flow with ACKs,
+    its intervals' statistics from real packets, beside the fluid simulator's."""
+    import pandas as pd
+
+    from plume.emulation.job import main
+
+    main(["cc", "--controller", "aimd", "--traces", "2", "--parallel", "2", "--mis", "40",
+          "--out", str(tmp_path)])
+    frame = pd.read_parquet(tmp_path / "emulation.parquet")
+    assert sorted(frame["mode"]) == ["emulation"] * 2 + ["simulation"] * 2
+    assert (frame["length"] == 40).all()
+    steps = pd.read_parquet(tmp_path / "steps.parquet")
+    emulated = steps[steps["mode"] == "emulation"]
+    # Real packets: RTTs at least the link's two one-way delays, rates within the clip.
+    assert (emulated["latency_s"] > 0).all() and (emulated["loss"].between(0, 1)).all()
+    assert emulated["rate_bps"].between(40 * 12000 * 0.999, 1000 * 12000 * 1.001).all()
+    gap = pd.read_csv(tmp_path / "gap.csv")
+    assert list(gap["metric"]) == ["score", "throughput_mbps", "latency", "loss"]

@@ -21,7 +21,7 @@ import numpy as np
 
 from plume.deploy.runtime import load_controller
 
-__all__ = ["Session", "Step", "simulated_sessions"]
+__all__ = ["Session", "Step", "simulated_sessions", "simulator_policy"]
 
 
 @dataclass
@@ -162,13 +162,13 @@ def simulated_sessions(export_dir: str | Path, traces=None, n: int | None = None
         raise ValueError(f"no measurement recorder for env={spec.name}")
     env = spec.make(traces, None, None, mode="test", seed=None, params=params)
     if policy is None:
-        policy = _simulator_policy(spec, params, contract, controller, env)
+        policy = simulator_policy(spec, params, contract, controller, env)
     sessions = [Session(str(t)) for t in traces.trace_ids]
     _play(env, RECORDERS[key](env, traces, contract), sessions, policy)
     return sessions
 
 
-def _simulator_policy(spec, params, contract, controller, env) -> Callable:
+def simulator_policy(spec, params, contract, controller, env) -> Callable:
     """The export's policy in the simulator: the model on the simulator's observations, or
     the classic rule as the evaluator runs it (bound to the simulator's state)."""
     if contract["policy"]["kind"] == "model":
