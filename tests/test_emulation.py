@@ -120,10 +120,10 @@ def test_idle_rtt_is_twice_the_one_way_delay():
                                         ({"queue_bytes": 5000}, 4)])
 def test_the_queue_drops_exactly_past_its_size(bound, kept):
     """50 datagrams of 1000 bytes (1028 as IP packets) at once into a link that opens once
-    every 200 ms: the queue keeps 10 packets, or the 4 that fit in 5000 bytes."""
-    slow = LinkSpec(Schedule(np.array([200]), 200), **bound)
+    every 100 ms: the queue keeps 10 packets, or the 4 that fit in 5000 bytes."""
+    slow = LinkSpec(Schedule(np.array([100]), 100), **bound)
     with Emulator(slow, LinkSpec(Schedule.constant(12))) as emu:
-        sink = _start(emu, "client", "udp-sink", "9000", "3")
+        sink = _start(emu, "client", "udp-sink", "9000", "1.5")
         _probe(emu, "server", "udp-burst", emu.address("client"), "9000", "50", "1000")
         received = _result(sink)
     assert received["packets"] == kept
@@ -147,7 +147,7 @@ def _goodput(seconds: float) -> tuple[float, float]:
 
 @needs_namespaces
 def test_tcp_goodput_on_a_constant_link_is_its_payload_capacity():
-    measured, expected = _goodput(6.0)
+    measured, expected = _goodput(5.0)
     assert abs(measured / expected - 1.0) <= 0.03, (measured, expected)
 
 
@@ -219,18 +219,18 @@ def test_a_killed_emulator_leaves_no_process_and_no_namespace():
 # ------------------------------------------------------------------- ABR over real TCP
 @needs_namespaces
 def test_abr_sessions_over_real_tcp_write_the_gap_against_the_simulator(tmp_path):
-    """Two Pensieve-setting traces, 4 chunks each, BBA: both modes on the same traces, the
+    """Two Pensieve-setting traces, 3 chunks each, BBA: both modes on the same traces, the
     per-chunk records and the gap table; the emulated chunks took real time."""
     import pandas as pd
 
     from plume.emulation.job import main
 
     started = time.monotonic()
-    main(["abr", "--controller", "bba", "--traces", "2", "--parallel", "2", "--chunks", "4",
+    main(["abr", "--controller", "bba", "--traces", "2", "--parallel", "2", "--chunks", "3",
           "--out", str(tmp_path)])
     frame = pd.read_parquet(tmp_path / "emulation.parquet")
     assert sorted(frame["mode"]) == ["emulation"] * 2 + ["simulation"] * 2
-    assert (frame["length"] == 4).all() and (frame["video_seconds"] == 16.0).all()
+    assert (frame["length"] == 3).all() and (frame["video_seconds"] == 12.0).all()
     chunks = pd.read_parquet(tmp_path / "steps.parquet")
     emulated = chunks[chunks["mode"] == "emulation"]
     # Every emulated download took at least the link's round trip (2 x 40 ms).
@@ -245,17 +245,17 @@ def test_abr_sessions_over_real_tcp_write_the_gap_against_the_simulator(tmp_path
 
 @needs_namespaces
 def test_cc_flows_over_real_udp_write_the_gap_against_the_fluid_model(tmp_path):
-    """AIMD on two Aurora test links for 40 monitor intervals: a paced UDP flow with ACKs,
+    """AIMD on two Aurora test links for 12 monitor intervals: a paced UDP flow with ACKs,
     its intervals' statistics from real packets, beside the fluid simulator's."""
     import pandas as pd
 
     from plume.emulation.job import main
 
-    main(["cc", "--controller", "aimd", "--traces", "2", "--parallel", "2", "--mis", "40",
+    main(["cc", "--controller", "aimd", "--traces", "2", "--parallel", "2", "--mis", "12",
           "--out", str(tmp_path)])
     frame = pd.read_parquet(tmp_path / "emulation.parquet")
     assert sorted(frame["mode"]) == ["emulation"] * 2 + ["simulation"] * 2
-    assert (frame["length"] == 40).all()
+    assert (frame["length"] == 12).all()
     steps = pd.read_parquet(tmp_path / "steps.parquet")
     emulated = steps[steps["mode"] == "emulation"]
     # Real packets: RTTs at least the link's two one-way delays, rates within the clip.
