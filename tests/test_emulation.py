@@ -241,6 +241,14 @@ def test_abr_sessions_over_real_tcp_write_the_gap_against_the_simulator(tmp_path
     assert list(gap["metric"]) == ["qoe_per_chunk", "mean_level", "stall", "throughput_mbps"]
     assert gap["gap_lo"].isna().all()  # 2 traces: no interval
     assert "| qoe_per_chunk |" in (tmp_path / "gap.md").read_text()
+    # plume-report shows both modes and the gap, recomputed from the folder's table.
+    from plume.report.cli import main as report
+
+    assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Simulation and emulation (plume-emulate)" in text and "| bba | abr |" in text
+    table = pd.read_csv(tmp_path / "report" / "tables" / "emulation_gap.csv")
+    np.testing.assert_allclose(table["gap"], gap["gap"])
 
 
 @needs_namespaces

@@ -7,7 +7,7 @@ Each test trace is one session in real time on its own emulated link (namespaces
 per session, ``--parallel`` at once): the trace's bandwidth drives the server-to-client
 direction, ``--delay-ms`` each way (Pensieve's emulation: 40, an 80 ms RTT), a droptail queue
 of ``--queue-packets``. The same controller plays the same traces in the simulator. The output
-folder holds ``emulation.parquet`` (one row per mode and trace: the env's episode fields, QoE
+folder holds ``emulation.json`` (what was emulated, how), ``emulation.parquet`` (one row per mode and trace: the env's episode fields, QoE
 per chunk, mean level, throughput), ``steps.parquet`` (every chunk or MI of both modes) and
 ``gap.md`` / ``gap.csv``: emulation minus simulation per metric, mean over traces with a 95 %
 Student-t interval (none from fewer than 5 traces), and per trace.
@@ -30,6 +30,7 @@ import pandas as pd
 
 from plume.emulation import abr, cc
 from plume.emulation.emulator import Emulator, LinkSpec
+from plume.emulation.gap import gap_rows, per_trace_gaps
 from plume.emulation.link import Schedule
 
 log = logging.getLogger("plume")
@@ -132,27 +133,6 @@ def _rows(mode: str, traces, records: list[list[dict]], emulation) -> list[dict]
              **emulation.fields(chunks)} for i, chunks in enumerate(records)]
 
 
-def gap_table(frame: pd.DataFrame, metrics: tuple[str, ...]) -> tuple[pd.DataFrame,
-                                                                       pd.DataFrame]:
-    """(summary, per trace): emulation minus simulation of each metric; the summary's
-    interval is Student-t over traces, given from 5 traces on."""
-    from scipy import stats
-
-    pivot = frame.pivot(index="trace_id", columns="mode", values=list(metrics))
-    per_trace = pd.DataFrame({m: pivot[(m, "emulation")] - pivot[(m, "simulation")]
-                              for m in metrics})
-    rows = []
-    for metric in metrics:
-        diff = per_trace[metric].to_numpy()
-        n, mean = len(diff), float(diff.mean())
-        half = (float(stats.t.ppf(0.975, n - 1) * diff.std(ddof=1) / np.sqrt(n))
-                if n >= 5 else np.nan)
-        rows.append({"metric": metric, "simulation": float(pivot[(metric, "simulation")].mean()),
-                     "emulation": float(pivot[(metric, "emulation")].mean()),
-                     "gap": mean, "gap_lo": mean - half, "gap_hi": mean + half, "traces": n})
-    return pd.DataFrame(rows), per_trace.reset_index()
-
-
 def run(args, export: Path, traces) -> pd.DataFrame:
     """Emulate and simulate every trace of ``traces``; write the output folder."""
     out = args.out
@@ -175,10 +155,18 @@ def run(args, export: Path, traces) -> pd.DataFrame:
                   for mode, records in (("emulation", emulated), ("simulation", simulated))
                   for i, steps in enumerate(records)
                   for k, record in enumerate(steps)]).to_parquet(out / "steps.parquet")
-    summary, per_trace = gap_table(frame, emulation.metrics)
+    summary = pd.DataFrame(gap_rows(frame, emulation.metrics))
+    per_trace = per_trace_gaps(frame, emulation.metrics)
     summary.to_csv(out / "gap.csv", index=False)
     per_trace.to_csv(out / "gap_per_trace.csv", index=False)
     (out / "gap.md").write_text(_gap_markdown(contract, summary, per_trace, args))
+    policy = contract["policy"].get("controller") or contract["policy"].get("algorithm")
+    (out / "emulation.json").write_text(json.dumps({
+        "env": args.env, "variant": contract["env"].get("variant"), "policy": policy,
+        "export": str(export.resolve()), "traces": len(traces),
+        "trace_ids": [str(t) for t in traces.trace_ids], "metrics": list(emulation.metrics),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+    }, indent=2))
     return summary
 
 

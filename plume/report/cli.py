@@ -39,6 +39,7 @@ from plume.report.inference import (
     MIN_RUNS,
     coverage_text,
 )
+from plume.report.emulation import read_emulations
 from plume.report.runs import (
     CONTROLLER,
     RunInventory,
@@ -135,6 +136,9 @@ def build_report(
     tables = _tables(inventory, analysis)
     if not references.empty:
         tables["controllers"] = references
+    emulations = read_emulations(paths)
+    if not emulations.empty:
+        tables["emulation_gap"] = emulations
     table_files = {name: write_table(frame, out / "tables" / name, display=_display(name, frame))
                    for name, frame in tables.items()}
     figure_files: dict[str, list[Path]] = {}
@@ -149,6 +153,29 @@ def build_report(
     summary = _summary(inventory, analysis, answers, report)
     return ReportResult(out, report, inventory, analysis, tables, table_files, figure_files,
                         answers, summary)
+
+
+def _emulation_lines(gaps: pd.DataFrame) -> list[str]:
+    return ["## Simulation and emulation (plume-emulate)", "",
+            ("Each controller on the same test traces in the simulator and over real TCP/UDP "
+             "(emulated links): means over the traces and the gap, emulation minus simulation, "
+             "with a 95% Student-t interval over the per-trace differences (none from fewer "
+             "than 5 traces)."), "", to_markdown(_display("emulation_gap", gaps))]
+
+
+def build_emulation_report(paths: Sequence[str | Path], out: str | Path) -> Path:
+    """``report.md`` with the emulation section alone, for paths holding only
+    ``plume-emulate`` folders; ReportStatsError when there are none either."""
+    gaps = read_emulations(paths)
+    if gaps.empty:
+        raise ReportStatsError("no run directories and no plume-emulate folders under "
+                               + ", ".join(map(str, paths)))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(gaps, out / "tables" / "emulation_gap", display=_display("emulation_gap", gaps))
+    report = out / "report.md"
+    report.write_text("\n".join(["# Plume report", "", *_emulation_lines(gaps)]))
+    return report
 
 
 # --------------------------------------------------------------------------- tables
@@ -213,6 +240,14 @@ def _display(name: str, frame: pd.DataFrame) -> pd.DataFrame:
         shown["P(X > baseline) [95% bootstrap]"] = poi.where(~frame["poi_degenerate"].astype(
             bool), poi + " degenerate")
         shown["verdict"] = frame["verdict"]
+        return shown
+    if name == "emulation_gap":
+        shown = frame[["policy", "env", "metric", "traces"]].copy()
+        for column in ("simulation", "emulation"):
+            shown[column] = frame[column].map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
+        shown["gap [95% t]"] = _ci(frame, "gap", "gap_lo", "gap_hi", "+.3f").where(
+            frame["gap"].notna(), "")
+        shown["problem"] = frame["problem"].fillna("")
         return shown
     if name == "exports":
         shown = frame.drop(columns=["run_dir"]).copy()
@@ -414,6 +449,8 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
                   "", ("Mean over the test traces of each test set: the env's raw score and "
                        "the same normalisation as above."), "",
                   to_markdown(tables["controllers"])]
+    if "emulation_gap" in tables:
+        lines += _emulation_lines(tables["emulation_gap"])
     if "exports" in tables:
         lines += ["## Exported controllers (plume-export)", "",
                   ("TorchScript and ONNX checked against PyTorch on the run's own test "
@@ -619,8 +656,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             baseline=baseline, seeds=args.seeds, reps=args.reps, seed=args.seed,
             paper=args.paper, figures=not args.no_figures)
     except ReportError as err:
-        print(f"plume-report: error: {err}", file=sys.stderr)
-        return 2
+        try:  # a folder of plume-emulate results alone still reports
+            report = build_emulation_report(args.paths, args.out)
+        except ReportError:
+            print(f"plume-report: error: {err}", file=sys.stderr)
+            return 2
+        print(f"emulation only (no completed runs): report: {report}")
+        return 0
     print(result.summary)
     return 0
 
@@ -629,4 +671,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["ReportResult", "build_report", "main", "to_latex", "to_markdown", "write_table"]
+__all__ = ["ReportResult", "build_emulation_report", "build_report", "main", "to_latex",
+           "to_markdown", "write_table"]
