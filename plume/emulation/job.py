@@ -78,8 +78,13 @@ class AbrEmulation:
         return abr.simulate(str(self.export), self.traces, self.args.chunks)
 
     def fields(self, records: list[dict]) -> dict[str, float]:
+        """The episode fields and the env's own score (QoE per chunk after the start-up
+        chunk, as plume-eval and plume-train report it)."""
+        from plume.envs.registry import get_env
+
         fields = abr.episode_fields(records, self.chunk_s)
-        return {**fields, "qoe_per_chunk": fields["return"] / fields["length"]}
+        score = get_env("abr").score.compute({k: np.array([fields[k]]) for k in fields})
+        return {**fields, "qoe_per_chunk": float(score[0])}
 
 
 class CcEmulation:
