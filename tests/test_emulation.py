@@ -219,18 +219,18 @@ def test_a_killed_emulator_leaves_no_process_and_no_namespace():
 # ------------------------------------------------------------------- ABR over real TCP
 @needs_namespaces
 def test_abr_sessions_over_real_tcp_write_the_gap_against_the_simulator(tmp_path):
-    """Two Pensieve-setting traces, 3 chunks each, BBA: both modes on the same traces, the
+    """Two Pensieve-setting traces, 2 chunks each, BBA: both modes on the same traces, the
     per-chunk records and the gap table; the emulated chunks took real time."""
     import pandas as pd
 
     from plume.emulation.job import main
 
     started = time.monotonic()
-    main(["abr", "--controller", "bba", "--traces", "2", "--parallel", "2", "--chunks", "3",
+    main(["abr", "--controller", "bba", "--traces", "2", "--parallel", "2", "--chunks", "2",
           "--out", str(tmp_path)])
     frame = pd.read_parquet(tmp_path / "emulation.parquet")
     assert sorted(frame["mode"]) == ["emulation"] * 2 + ["simulation"] * 2
-    assert (frame["length"] == 3).all() and (frame["video_seconds"] == 12.0).all()
+    assert (frame["length"] == 2).all() and (frame["video_seconds"] == 8.0).all()
     chunks = pd.read_parquet(tmp_path / "steps.parquet")
     emulated = chunks[chunks["mode"] == "emulation"]
     # Every emulated download took at least the link's round trip (2 x 40 ms).
@@ -253,17 +253,17 @@ def test_abr_sessions_over_real_tcp_write_the_gap_against_the_simulator(tmp_path
 
 @needs_namespaces
 def test_cc_flows_over_real_udp_write_the_gap_against_the_fluid_model(tmp_path):
-    """AIMD on two Aurora test links for 12 monitor intervals: a paced UDP flow with ACKs,
+    """AIMD on two Aurora test links for 8 monitor intervals: a paced UDP flow with ACKs,
     its intervals' statistics from real packets, beside the fluid simulator's."""
     import pandas as pd
 
     from plume.emulation.job import main
 
-    main(["cc", "--controller", "aimd", "--traces", "2", "--parallel", "2", "--mis", "12",
+    main(["cc", "--controller", "aimd", "--traces", "2", "--parallel", "2", "--mis", "8",
           "--out", str(tmp_path)])
     frame = pd.read_parquet(tmp_path / "emulation.parquet")
     assert sorted(frame["mode"]) == ["emulation"] * 2 + ["simulation"] * 2
-    assert (frame["length"] == 12).all()
+    assert (frame["length"] == 8).all()
     steps = pd.read_parquet(tmp_path / "steps.parquet")
     emulated = steps[steps["mode"] == "emulation"]
     # Real packets: RTTs at least the link's two one-way delays, rates within the clip.
