@@ -62,7 +62,7 @@ def _host_network() -> str:
 
 # ------------------------------------------------------------------- the link's arithmetic
 def test_a_droptail_queue_in_packets_keeps_exactly_its_size():
-    link = Direction(Schedule(np.array([10]), 10), delay_ms=5, queue_packets=2)
+    link = Direction(LinkSpec(Schedule(np.array([10]), 10), delay_ms=5, queue_packets=2))
     delivered = []
     for _ in range(5):
         link.arrive(bytes(1500), 0.0)
@@ -75,7 +75,7 @@ def test_a_droptail_queue_in_packets_keeps_exactly_its_size():
 
 def test_an_opportunity_finishes_one_packet_and_starts_the_next():
     """Mahimahi's LinkQueue: 1500 bytes per opportunity, a packet may span two."""
-    link = Direction(Schedule(np.array([1]), 1))
+    link = Direction(LinkSpec(Schedule(np.array([1]), 1)))
     delivered = []
     for _ in range(3):
         link.arrive(bytes(1000), 0.0)
@@ -86,7 +86,7 @@ def test_an_opportunity_finishes_one_packet_and_starts_the_next():
 
 
 def test_a_packet_cannot_use_an_opportunity_that_passed_before_it_arrived():
-    link = Direction(Schedule(np.array([10]), 10), delay_ms=5)
+    link = Direction(LinkSpec(Schedule(np.array([10]), 10), delay_ms=5))
     delivered = []
     link.service(95.0, delivered.append)  # idle: the opportunities up to 95 ms are lost
     link.arrive(bytes(100), 95.0)  # joins the queue at 100 ms
@@ -271,3 +271,7 @@ def test_cc_flows_over_real_udp_write_the_gap_against_the_fluid_model(tmp_path):
     assert emulated["rate_bps"].between(40 * 12000 * 0.999, 1000 * 12000 * 1.001).all()
     gap = pd.read_csv(tmp_path / "gap.csv")
     assert list(gap["metric"]) == ["score", "throughput_mbps", "latency", "loss"]
+    from plume.report.cli import main as report
+
+    assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    assert "| aimd | cc | score |" in (tmp_path / "report" / "report.md").read_text()

@@ -2,8 +2,8 @@
 link with Mahimahi's semantics (delivery opportunities from a trace, one-way delay, droptail
 queue, random loss). Needs CAP_NET_ADMIN; see ``netns.can_emulate``."""
 
-from plume.emulation.emulator import Emulator, LinkSpec
-from plume.emulation.link import Schedule
+from plume.emulation.emulator import Emulator
+from plume.emulation.link import LinkSpec, Schedule
 from plume.emulation.netns import EmulationUnavailable, can_emulate
 
 __all__ = ["EmulationUnavailable", "Emulator", "LinkSpec", "Schedule", "can_emulate"]

@@ -17,39 +17,13 @@ import json
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from plume.emulation.link import Schedule
+from plume.emulation.link import LinkSpec
 from plume.emulation.netns import ADDRESSES, NamespacePair, die_with_parent
 
 __all__ = ["Emulator", "LinkSpec"]
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    """One direction of the link (``link.Direction``): opportunities, one-way delay, droptail
-    bound in packets or bytes (None: unbounded), random loss."""
-
-    schedule: Schedule
-    delay_ms: float = 0.0
-    queue_packets: int | None = None
-    queue_bytes: int | None = None
-    loss: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.delay_ms < 0 or not 0.0 <= self.loss < 1.0:
-            raise ValueError(f"delay_ms must be >= 0 and loss in [0, 1), got {self.delay_ms}, "
-                             f"{self.loss}")
-        if self.queue_packets is not None and self.queue_bytes is not None:
-            raise ValueError("a droptail queue is bounded in packets or in bytes, not both")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schedule": self.schedule.to_json(), "delay_ms": self.delay_ms,
-                "queue_packets": self.queue_packets, "queue_bytes": self.queue_bytes,
-                "loss": self.loss, "seed": self.seed}
 
 
 class Emulator:

@@ -29,9 +29,9 @@ import numpy as np
 import pandas as pd
 
 from plume.emulation import abr, cc
-from plume.emulation.emulator import Emulator, LinkSpec
+from plume.emulation.emulator import Emulator
 from plume.emulation.gap import gap_rows, per_trace_gaps
-from plume.emulation.link import Schedule
+from plume.emulation.link import LinkSpec, Schedule
 
 log = logging.getLogger("plume")
 

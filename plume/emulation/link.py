@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPPORTUNITY_BYTES", "Direction", "Schedule", "run"]
+__all__ = ["OPPORTUNITY_BYTES", "Direction", "LinkSpec", "Schedule", "run"]
 
 OPPORTUNITY_BYTES = 1500
 """Bytes one delivery opportunity carries (an MTU-sized IP packet; the TUN devices carry
@@ -88,9 +88,10 @@ class Schedule:
         return {"times_ms": self.times_ms.tolist(), "period_ms": self.period_ms}
 
 
-@dataclass
-class Direction:
-    """One direction's delay line, droptail queue and opportunities (see module docstring)."""
+@dataclass(frozen=True)
+class LinkSpec:
+    """One direction of the link: opportunities, one-way delay, droptail bound in packets or
+    bytes (None: unbounded), random loss (drawn from ``seed``)."""
 
     schedule: Schedule
     delay_ms: float = 0.0
@@ -98,6 +99,33 @@ class Direction:
     queue_bytes: int | None = None
     loss: float = 0.0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.delay_ms < 0 or not 0.0 <= self.loss < 1.0:
+            raise ValueError(f"delay_ms must be >= 0 and loss in [0, 1), got {self.delay_ms}, "
+                             f"{self.loss}")
+        if self.queue_packets is not None and self.queue_bytes is not None:
+            raise ValueError("a droptail queue is bounded in packets or in bytes, not both")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schedule": self.schedule.to_json(), "delay_ms": self.delay_ms,
+                "queue_packets": self.queue_packets, "queue_bytes": self.queue_bytes,
+                "loss": self.loss, "seed": self.seed}
+
+    @classmethod
+    def from_json(cls, spec: dict[str, Any]) -> LinkSpec:
+        schedule = Schedule(np.asarray(spec["schedule"]["times_ms"], np.int64),
+                            int(spec["schedule"]["period_ms"]))
+        return cls(schedule, float(spec["delay_ms"]), spec["queue_packets"],
+                   spec["queue_bytes"], float(spec["loss"]), int(spec["seed"]))
+
+
+@dataclass
+class Direction:
+    """One direction's state under its ``spec``: the delay line, the droptail queue, the
+    packet in transit and the next opportunity (see the module docstring)."""
+
+    spec: LinkSpec
     delayed: deque = field(default_factory=deque)
     queue: deque = field(default_factory=deque)
     queued_bytes: int = 0
@@ -109,20 +137,21 @@ class Direction:
     per_second: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.seed)
+        self.rng = np.random.default_rng(self.spec.seed)
+        self.schedule = self.spec.schedule
 
     def arrive(self, packet: bytes, now_ms: float) -> None:
         self.counts["packets_in"] += 1
         self.counts["bytes_in"] += len(packet)
-        if self.loss and self.rng.random() < self.loss:
+        if self.spec.loss and self.rng.random() < self.spec.loss:
             self.counts["lost"] += 1
             return
-        self.delayed.append((now_ms + self.delay_ms, packet))
+        self.delayed.append((now_ms + self.spec.delay_ms, packet))
 
     def _enqueue(self, packet: bytes) -> None:
-        full = ((self.queue_packets is not None and len(self.queue) >= self.queue_packets) or
-                (self.queue_bytes is not None and
-                 self.queued_bytes + len(packet) > self.queue_bytes))
+        packets, size = self.spec.queue_packets, self.spec.queue_bytes
+        full = ((packets is not None and len(self.queue) >= packets) or
+                (size is not None and self.queued_bytes + len(packet) > size))
         if full:
             self.counts["queue_drops"] += 1
             return
@@ -192,18 +221,10 @@ class Direction:
         return {**self.counts, "bytes_per_second": self.per_second}
 
 
-def _direction(spec: dict[str, Any]) -> Direction:
-    schedule = Schedule(np.asarray(spec["schedule"]["times_ms"], np.int64),
-                        int(spec["schedule"]["period_ms"]))
-    return Direction(schedule, float(spec.get("delay_ms", 0.0)), spec.get("queue_packets"),
-                     spec.get("queue_bytes"), float(spec.get("loss", 0.0)),
-                     int(spec.get("seed", 0)))
-
-
 def run(spec: dict[str, Any], server_fd: int, client_fd: int) -> dict[str, Any]:
     """Move packets between the two TUN descriptors until SIGTERM (or ``spec["seconds"]``);
     returns the counters."""
-    down, up = _direction(spec["down"]), _direction(spec["up"])
+    down, up = (Direction(LinkSpec.from_json(spec[key])) for key in ("down", "up"))
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     for fd in (server_fd, client_fd):
