@@ -506,7 +506,7 @@ def header(ratio_name: str, extra: str = "") -> str:
     return line + "\n" + "-" * len(line)
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=5000,
                         help="timed decisions per row (default 5000)")
@@ -522,6 +522,76 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.decisions, args.warmup, args.sessions = 500, 50, 4
+    return args
+
+
+def learned_section(exports, inputs, timing) -> dict[str, Result]:
+    """1. Learned policies through the runtime; returns each env's decide() result."""
+    print("1. Learned policies through the runtime (ratio: x the ONNX model alone)")
+    print(header("x model", f" {'decide-model us':>16}"))
+    learned_decide: dict[str, Result] = {}
+    for key in LEARNED:
+        ctrl = load_controller(exports[key])
+        observations = built_observations(ctrl, inputs[key])
+        policy = ctrl.policy
+        model = measure("outputs", Stream([({}, observations)], policy.outputs), *timing)
+        act = measure("act", Stream([({}, observations)], policy.act), *timing)
+        ctrl = load_controller(exports[key])
+        decide = measure("decide", Stream(inputs[key], ctrl.decide,
+                                          lambda kw, c=ctrl: c.reset(**kw)), *timing)
+        learned_decide[key] = decide
+        dim = observations[0].shape[-1]
+        print(row(f"{key} (obs {dim}): policy.outputs(obs)", model, 1.0))
+        print(row(f"{key}: policy.act(obs) (model + rule)", act,
+                  act.median_us / model.median_us))
+        print(row(f"{key}: decide(measurement)", decide, decide.median_us / model.median_us,
+                  f" {us(decide.median_us - model.median_us):>16}"))
+    print()
+    for key, target in TARGETS_US.items():
+        r = learned_decide[key]
+        print(f"target: {key} decide() < {target / 1000:g} ms per decision: "
+              f"median {us(r.median_us)} us {verdict(r.median_us, target)}, "
+              f"p99 {us(r.p99_us)} us {verdict(r.p99_us, target)}")
+    print()
+    return learned_decide
+
+
+def rules_section(root: Path, learned_decide, sessions_per_export: int, timing) -> None:
+    """2. Classic rules through the runtime."""
+    print("2. Classic rules through the runtime (ratio: x the learned decide() of the env)")
+    print(header("x learned"))
+    for key, env, kw, rule in RULES:
+        out = export_controller(env, kw, rule, root / f"{key}-{rule}")
+        sessions = runtime_sessions(out, sessions_per_export)
+        r = measure(rule, decide_stream(load_controller(out), sessions), *timing)
+        print(row(f"{key}: {rule} decide(measurement)", r,
+                  r.median_us / learned_decide[key].median_us))
+    print()
+
+
+def adapters_section(exports, sims, inputs, timing) -> None:
+    """3. Adapters beside the runtime, on the same decisions."""
+    print("3. Adapters beside the runtime's decide() on the same decisions "
+          "(ratio: x runtime median; overhead = adapter median - runtime median)")
+    print(header("x runtime", f" {'overhead us':>12} {'same answers':>13}"))
+    cases = [("Pensieve (learned pensieve)", pensieve_rows(exports["pensieve"],
+                                                           sims["pensieve"], timing)),
+             ("Puffer (learned gelato)", puffer_rows(exports["gelato"], inputs["gelato"],
+                                                     timing)),
+             ("PCC (learned aurora)", pcc_rows(exports["cc"], inputs["cc"], timing))]
+    for title, rows in cases:
+        base = rows[0][0]
+        print(row(f"{title}: {base.name}", base, 1.0))
+        for reference, r, same in rows:
+            print(row(f"  {r.name}", r, r.median_us / reference.median_us,
+                      f" {us(r.median_us - reference.median_us):>12} {same:>13}"))
+    print()
+    print("Pensieve and Puffer round trips: server / controller in a thread of this "
+          "process, on the same core as the client.")
+
+
+def main() -> None:
+    args = _arguments()
     if args.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
         pinned = f"cpu {args.cpu}"
@@ -542,7 +612,6 @@ def main() -> None:
           f"{args.sessions} simulated sessions per export; untrained networks of the paper's "
           f"architectures")
     print()
-
     with tempfile.TemporaryDirectory(prefix="plume-bench-deploy-") as tmp:
         root = Path(tmp)
         exports = {key: learned_export(key, root / key, n_traces=8) for key in LEARNED}
@@ -551,64 +620,9 @@ def main() -> None:
                         for s in sims[key]] for key in LEARNED}
         print(f"exports and sessions ready in {time.monotonic() - started:.1f} s")
         print()
-
-        # 1. Learned policies through the runtime.
-        print("1. Learned policies through the runtime (ratio: x the ONNX model alone)")
-        print(header("x model", f" {'decide-model us':>16}"))
-        learned_decide: dict[str, Result] = {}
-        for key in LEARNED:
-            ctrl = load_controller(exports[key])
-            observations = built_observations(ctrl, inputs[key])
-            policy = ctrl.policy
-            model = measure("outputs", Stream([({}, observations)], policy.outputs), *timing)
-            act = measure("act", Stream([({}, observations)], policy.act), *timing)
-            ctrl = load_controller(exports[key])
-            decide = measure("decide", Stream(inputs[key], ctrl.decide,
-                                              lambda kw, c=ctrl: c.reset(**kw)), *timing)
-            learned_decide[key] = decide
-            dim = observations[0].shape[-1]
-            print(row(f"{key} (obs {dim}): policy.outputs(obs)", model, 1.0))
-            print(row(f"{key}: policy.act(obs) (model + rule)", act,
-                      act.median_us / model.median_us))
-            print(row(f"{key}: decide(measurement)", decide, decide.median_us / model.median_us,
-                      f" {us(decide.median_us - model.median_us):>16}"))
-        print()
-        for key, target in TARGETS_US.items():
-            r = learned_decide[key]
-            print(f"target: {key} decide() < {target / 1000:g} ms per decision: "
-                  f"median {us(r.median_us)} us {verdict(r.median_us, target)}, "
-                  f"p99 {us(r.p99_us)} us {verdict(r.p99_us, target)}")
-        print()
-
-        # 2. Classic rules through the runtime.
-        print("2. Classic rules through the runtime (ratio: x the learned decide() of the env)")
-        print(header("x learned"))
-        for key, env, kw, rule in RULES:
-            out = export_controller(env, kw, rule, root / f"{key}-{rule}")
-            sessions = runtime_sessions(out, args.sessions)
-            r = measure(rule, decide_stream(load_controller(out), sessions), *timing)
-            print(row(f"{key}: {rule} decide(measurement)", r,
-                      r.median_us / learned_decide[key].median_us))
-        print()
-
-        # 3. Adapters beside the runtime.
-        print("3. Adapters beside the runtime's decide() on the same decisions "
-              "(ratio: x runtime median; overhead = adapter median - runtime median)")
-        print(header("x runtime", f" {'overhead us':>12} {'same answers':>13}"))
-        cases = [("Pensieve (learned pensieve)", pensieve_rows(exports["pensieve"],
-                                                               sims["pensieve"], timing)),
-                 ("Puffer (learned gelato)", puffer_rows(exports["gelato"], inputs["gelato"],
-                                                         timing)),
-                 ("PCC (learned aurora)", pcc_rows(exports["cc"], inputs["cc"], timing))]
-        for title, rows in cases:
-            base = rows[0][0]
-            print(row(f"{title}: {base.name}", base, 1.0))
-            for reference, r, same in rows:
-                print(row(f"  {r.name}", r, r.median_us / reference.median_us,
-                          f" {us(r.median_us - reference.median_us):>12} {same:>13}"))
-        print()
-        print("Pensieve and Puffer round trips: server / controller in a thread of this "
-              "process, on the same core as the client.")
+        learned_decide = learned_section(exports, inputs, timing)
+        rules_section(root, learned_decide, args.sessions, timing)
+        adapters_section(exports, sims, inputs, timing)
     print(f"total {time.monotonic() - started:.1f} s")
 
 
