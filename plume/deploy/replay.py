@@ -21,7 +21,7 @@ import numpy as np
 
 from plume.deploy.runtime import load_controller
 
-__all__ = ["Session", "Step", "simulated_sessions", "simulator_policy"]
+__all__ = ["Session", "Step", "simulated_mi", "simulated_sessions", "simulator"]
 
 
 @dataclass
@@ -89,13 +89,18 @@ class _Aurora:
         copy has restarted, so that step's decision is unknown (None: not recorded)."""
         if step["done"][i]:
             return None, None
-        rate = float(step["rate"][i]) * self.bits
-        sample = {"sending_rate_bps": rate,
-                  "receiving_rate_bps": float(step["throughput"][i]) * self.bits,
-                  "latency_s": float(step["latency"][i]),
-                  "latency_inflation": float(step["inflation"][i]),
-                  "loss": float(step["loss"][i]), "duration_s": float(step["duration"][i])}
-        return rate, sample
+        sample = simulated_mi(step, i, self.bits)
+        return sample["sending_rate_bps"], sample
+
+
+def simulated_mi(step: dict[str, np.ndarray], i: int, bits_per_packet: float) -> dict:
+    """Copy ``i``'s monitor interval of a CC env's ``last_step()`` as the runtime's
+    statistics-form measurement (rates in bit/s)."""
+    return {"sending_rate_bps": float(step["rate"][i]) * bits_per_packet,
+            "receiving_rate_bps": float(step["throughput"][i]) * bits_per_packet,
+            "latency_s": float(step["latency"][i]),
+            "latency_inflation": float(step["inflation"][i]),
+            "loss": float(step["loss"][i]), "duration_s": float(step["duration"][i])}
 
 
 class _Park:
@@ -152,26 +157,31 @@ def simulated_sessions(export_dir: str | Path, traces=None, n: int | None = None
     controller = load_controller(export_dir)
     contract = controller.contract
     spec = get_env(contract["env"]["name"])
-    params = spec.params(**contract["env"]["params"])
     if traces is None:
+        params = spec.params(**contract["env"]["params"])
         traces = spec.load_builtin(spec.default_dataset(params), "test")
     if n is not None:
         traces = traces.subset(list(range(min(n, len(traces)))))
     key = (spec.name, contract["env"].get("variant"))
     if key not in RECORDERS:
         raise ValueError(f"no measurement recorder for env={spec.name}")
-    env = spec.make(traces, None, None, mode="test", seed=None, params=params)
-    if policy is None:
-        policy = simulator_policy(spec, params, contract, controller, env)
+    env, own_policy = simulator(controller, traces)
     sessions = [Session(str(t)) for t in traces.trace_ids]
-    _play(env, RECORDERS[key](env, traces, contract), sessions, policy)
+    _play(env, RECORDERS[key](env, traces, contract), sessions, policy or own_policy)
     return sessions
 
 
-def simulator_policy(spec, params, contract, controller, env) -> Callable:
-    """The export's policy in the simulator: the model on the simulator's observations, or
-    the classic rule as the evaluator runs it (bound to the simulator's state)."""
+def simulator(controller, traces) -> tuple[Any, Callable]:
+    """The controller's environment in test mode on ``traces`` (one copy per trace) and the
+    controller's policy there: the model on the simulator's observations, or the classic
+    rule as the evaluator runs it (bound to the simulator's state)."""
+    from plume.envs.registry import get_env
+
+    contract = controller.contract
+    spec = get_env(contract["env"]["name"])
+    params = spec.params(**contract["env"]["params"])
+    env = spec.make(traces, None, None, mode="test", seed=None, params=params)
     if contract["policy"]["kind"] == "model":
-        return controller.act_observation
+        return env, controller.act_observation
     rule = spec.controllers[contract["policy"]["controller"]](params)
-    return rule.bind(env) if hasattr(rule, "bind") else rule
+    return env, rule.bind(env) if hasattr(rule, "bind") else rule

@@ -37,6 +37,7 @@ from plume.envs.abr.observation import (
     GelatoObservation,
     PensieveObservation,
     gelato_reward,
+    pensieve_video_table,
 )
 from plume.envs.cc.observation import AuroraObservation, change_rate
 from plume.envs.lb.observation import park_observation
@@ -136,8 +137,8 @@ class PensieveSession:
     def __init__(self, constants: dict[str, Any]) -> None:
         self.n_chunks = int(constants["n_chunks"])
         self.observer = PensieveObservation(1, self.n_chunks)
-        video = np.asarray(constants["video_sizes_bytes"], dtype=np.float64)  # level x chunk
-        self.sizes = video.T[np.arange(self.n_chunks + 1) % video.shape[1]]
+        self.sizes = pensieve_video_table(  # the contract's video: level x chunk, bytes
+            self.n_chunks, np.asarray(constants["video_sizes_bytes"], dtype=np.float64))
         self.levels_kbps = np.asarray(constants["levels_kbps"], dtype=np.float64)
         self.downloaded = np.zeros(1, dtype=np.int64)
 

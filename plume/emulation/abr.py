@@ -130,14 +130,9 @@ def simulate(export: str, traces, chunks: int) -> list[list[dict[str, float]]]:
     """Per trace, the first ``chunks`` chunks of the controller's test episode in the
     simulator, as per-chunk records (the same fields as :func:`play`'s)."""
     from plume.deploy import load_controller
-    from plume.deploy.replay import simulator_policy
-    from plume.envs.registry import get_env
+    from plume.deploy.replay import simulator
 
-    controller = load_controller(export)
-    spec = get_env(controller.env)
-    params = spec.params(**controller.contract["env"]["params"])
-    env = spec.make(traces, None, None, mode="test", seed=None, params=params)
-    policy = simulator_policy(spec, params, controller.contract, controller, env)
+    env, policy = simulator(load_controller(export), traces)
     records: list[list[dict[str, float]]] = [[] for _ in range(len(traces))]
     obs, _ = env.reset()
     for _ in range(chunks):

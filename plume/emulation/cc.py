@@ -150,14 +150,9 @@ def simulate(export: str, traces, mis: int) -> tuple[list[list[dict]], list[floa
     """The same controller on the same links in the fluid simulator: per trace, the first
     ``mis`` MIs as records like :func:`send`'s, and each episode's initial rate (bit/s)."""
     from plume.deploy import load_controller
-    from plume.deploy.replay import simulator_policy
-    from plume.envs.registry import get_env
+    from plume.deploy.replay import simulated_mi, simulator
 
-    controller = load_controller(export)
-    spec = get_env("cc")
-    params = spec.params(**controller.contract["env"]["params"])
-    env = spec.make(traces, None, None, mode="test", seed=None, params=params)
-    policy = simulator_policy(spec, params, controller.contract, controller, env)
+    env, policy = simulator(load_controller(export), traces)
     bits = 8.0 * PACKET_BYTES
     obs, _ = env.reset()
     initial = [float(r) * bits for r in env.rate]
@@ -166,11 +161,7 @@ def simulate(export: str, traces, mis: int) -> tuple[list[list[dict]], list[floa
         obs, *_ = env.step(np.asarray(policy(obs)))
         step = env.last_step()
         for i in range(len(traces)):
-            stats = {"sending_rate_bps": float(step["rate"][i]) * bits,
-                     "receiving_rate_bps": float(step["throughput"][i]) * bits,
-                     "latency_s": float(step["latency"][i]),
-                     "latency_inflation": float(step["inflation"][i]),
-                     "duration_s": float(step["duration"][i]), "loss": float(step["loss"][i])}
+            stats = simulated_mi(step, i, bits)
             records[i].append({**stats, "rate_bps": stats["sending_rate_bps"],
                                "reward": float(step["reward"][i])})
     return records, initial

@@ -24,7 +24,7 @@ __all__ = [
     "BUFFER_NORM_S", "DELAY_NORM_S", "GELATO_LEVELS", "LOOKAHEAD", "PENSIEVE_HISTORY",
     "REWARD_CLIP", "SIZE_NORM_MB", "SSIM_NORM_DB", "STALL_GROUP", "STALL_NORM_S",
     "GelatoObservation", "PensieveObservation", "describe_gelato", "describe_pensieve",
-    "gelato_reward", "symmetric_sqrt_clip",
+    "gelato_reward", "pensieve_video_table", "symmetric_sqrt_clip",
 ]
 
 GELATO_LEVELS = 10
@@ -293,6 +293,8 @@ def describe_pensieve(p: dict[str, Any]) -> dict[str, Any]:
             "dtype": "float32", "fields": fields, "not_clipped": True}
 
 
-def pensieve_video_table(n_chunks: int) -> np.ndarray:
-    """(n_chunks + 1, 6) chunk sizes in bytes by chunk index (the 49-chunk video tiled)."""
-    return VIDEO_SIZES.T[np.arange(n_chunks + 1) % VIDEO_SIZES.shape[1]]
+def pensieve_video_table(n_chunks: int, sizes: np.ndarray = VIDEO_SIZES) -> np.ndarray:
+    """(n_chunks + 1, levels) chunk sizes in bytes by chunk index: ``sizes`` (level x chunk,
+    Pensieve's 49-chunk video by default) tiled to the episode's length."""
+    sizes = np.asarray(sizes)
+    return sizes.T[np.arange(n_chunks + 1) % sizes.shape[1]]
