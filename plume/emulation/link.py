@@ -138,7 +138,6 @@ class Direction:
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.spec.seed)
-        self.schedule = self.spec.schedule
 
     def arrive(self, packet: bytes, now_ms: float) -> None:
         self.counts["packets_in"] += 1
@@ -159,7 +158,7 @@ class Direction:
         self.queued_bytes += len(packet)
 
     def opportunity_at(self, index: int) -> int:
-        times, period = self.schedule.times_ms, self.schedule.period_ms
+        times, period = self.spec.schedule.times_ms, self.spec.schedule.period_ms
         return int(times[index % len(times)] + period * (index // len(times)))
 
     def service(self, now_ms: float, deliver) -> None:
@@ -182,7 +181,7 @@ class Direction:
 
     def _skip_to(self, t_ms: float) -> None:
         """The next opportunity is the first at or after ``t_ms``."""
-        times, period = self.schedule.times_ms, self.schedule.period_ms
+        times, period = self.spec.schedule.times_ms, self.spec.schedule.period_ms
         cycle = int(t_ms // period)
         position = int(np.searchsorted(times, t_ms - cycle * period, side="left"))
         self.next_index = max(self.next_index, cycle * len(times) + position)
