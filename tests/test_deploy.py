@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +169,12 @@ def test_a_run_that_logs_to_wandb_gets_the_export_as_an_artifact(trained, tmp_pa
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
     export_run(copy)
     (records,) = copy.glob("wandb/offline-run-*/run-*.wandb")
+    # W&B's writer process may still be flushing the record file when finish() returns
+    # (seen once under a loaded machine): wait for it, bounded.
+    deadline = time.monotonic() + 30
+    while (f"controller-{copy.name}".encode() not in records.read_bytes()
+           and time.monotonic() < deadline):
+        time.sleep(0.5)
     assert f"controller-{copy.name}".encode() in records.read_bytes()
 
 
