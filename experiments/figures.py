@@ -261,7 +261,7 @@ def analysis_settings():
     from omegaconf import OmegaConf
 
     from plume.harness.schema import analysis_settings as typed
-    from plume.harness.train import CONF_DIR
+    from plume.harness.configdir import CONF_DIR
 
     return typed(OmegaConf.load(CONF_DIR / "analysis" / "plume.yaml"))
 
@@ -353,7 +353,7 @@ def env_clusters(out: Path, cache_dir: Path) -> tuple[dict[str, list[Path]], lis
 
 
 def _conf_dir() -> Path:
-    from plume.harness.train import CONF_DIR
+    from plume.harness.configdir import CONF_DIR
 
     return Path(CONF_DIR)
 

@@ -168,7 +168,7 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
 
     from plume.harness.controllers import check_controller
     from plume.harness.schema import validate
-    from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
+    from plume.harness.configdir import CONF_DIR
 
     checks = {"train": validate, "eval": check_controller}
     planned = []
@@ -317,7 +317,7 @@ def _hydra(config: str = "train"):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from plume.harness.train import CONF_DIR
+    from plume.harness.configdir import CONF_DIR
 
     GlobalHydra.instance().clear()
     try:

@@ -221,7 +221,7 @@ def test_a_checkpoint_of_another_configuration_is_not_resumed(compose_cfg, tmp_p
 
 
 def test_a_long_override_list_still_makes_a_valid_folder_name():
-    from plume.harness.train import _override_dirname
+    from plume.harness.configdir import override_dirname as _override_dirname
 
     overrides = ",".join(f"sampler.param_{i}=value_{i}" for i in range(40))
     name = _override_dirname(overrides)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from plume.harness.preflight import check_analyze
 from plume.harness.schema import ConfigError
-from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
+from plume.harness.configdir import CONF_DIR
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="analyze")

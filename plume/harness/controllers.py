@@ -42,7 +42,7 @@ from plume.harness.schema import (
     env_section,
     resolve_env_defaults,
 )
-from plume.harness.train import CONF_DIR  # also registers the plume_dirname resolver
+from plume.harness.configdir import CONF_DIR
 
 log = logging.getLogger("plume")
 

@@ -56,27 +56,12 @@ from plume.harness.samplers import (
     run_analysis,
     sampler_controllers,
 )
+from plume.harness.configdir import CONF_DIR
 from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
 
-# conf/ at the repository root; plume/conf links to it so that a wheel ships it as package data.
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 log = logging.getLogger("plume")
-
-
-def _override_dirname(value: str | None) -> str:
-    """Folder name for a job's overrides: never empty, never nested, never longer than a file
-    name may be (a long one keeps a readable prefix and gains a hash of the whole)."""
-    name = str(value or "").replace("/", "_").replace(os.sep, "_") or "defaults"
-    if len(name.encode()) > 200:  # NAME_MAX is 255 bytes
-        import hashlib
-
-        name = name[:180] + "-" + hashlib.sha1(name.encode()).hexdigest()[:12]
-    return name
-
-
-OmegaConf.register_new_resolver("plume_dirname", _override_dirname, replace=True)
 
 
 def main() -> None:
