@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,11 +133,11 @@ def test_the_queue_drops_exactly_past_its_size(bound, kept):
     assert emu.stats["down"]["queue_drops"] == 50 - kept
 
 
-def _goodput(seconds: float) -> tuple[float, float]:
+def _goodput(seconds: float, make=Emulator) -> tuple[float, float]:
     """(measured, expected) TCP goodput in bit/s on a constant 12 Mbit/s link (5 ms each
-    way), counted after the first second (slow start)."""
+    way), counted after the first second (slow start); ``make(down, up)`` the link."""
     link = LinkSpec(Schedule.constant(12), delay_ms=5)
-    with Emulator(link, link) as emu:
+    with make(link, link) as emu:
         _start(emu, "server", "tcp-source", "9001", str(seconds + 2))
         sink = _probe(emu, "client", "tcp-sink", emu.address("server"), "9001", str(seconds),
                       timeout=seconds + 30)
@@ -216,39 +219,79 @@ def test_a_killed_emulator_leaves_no_process_and_no_namespace():
             emulator.kill()
 
 
-# ------------------------------------------------------------------- ABR over real TCP
+# ------------------------------------------------------------------- plume-emulate jobs
+def _emulate(tmp_path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["plume-emulate", f"paths.root={tmp_path}", "exp_name=e", *overrides],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _run_dir(tmp_path):
+    (status,) = tmp_path.glob("e/*/seed=0/status.json")
+    return status.parent
+
+
+def test_a_job_that_cannot_be_emulated_is_refused_in_one_line_naming_the_key(tmp_path):
+    from plume.emulation.job import EmulationSection
+
+    done = _emulate(tmp_path, "env=abr", "controller=bba")  # the Gelato variant
+    assert done.returncode == 2 and "env.variant=pensieve" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "e").exists()
+    done = _emulate(tmp_path, "env=abr", "env.variant=pensieve")  # no policy
+    assert done.returncode == 2 and "controller=<name> or export=<folder>" in done.stderr
+    with pytest.raises(ValueError, match="parallel must be >= 1"):
+        EmulationSection(parallel=0)
+
+
 @needs_namespaces
 def test_abr_sessions_over_real_tcp_write_the_gap_against_the_simulator(tmp_path):
-    """Two Pensieve-setting traces, 2 chunks each, BBA: both modes on the same traces, the
-    per-chunk records and the gap table; the emulated chunks took real time."""
+    """Two Pensieve-setting traces, 2 chunks each, BBA: both modes on the same traces in the
+    simulator's eval.parquet schema, the per-chunk records and the gap table; the emulated
+    chunks took real time; the report shows both modes and is never pooled."""
     import pandas as pd
 
-    from plume.emulation.job import main
+    from plume.envs.registry import get_env
+    from plume.report.runs import RunScanError, scan_runs
 
     started = time.monotonic()
-    main(["abr", "--controller", "bba", "--traces", "2", "--parallel", "2", "--chunks", "2",
-          "--out", str(tmp_path)])
-    frame = pd.read_parquet(tmp_path / "emulation.parquet")
+    done = _emulate(tmp_path, "env=abr", "env.variant=pensieve", "controller=bba",
+                    "emulation.traces=2", "emulation.parallel=2", "emulation.chunks=2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = _run_dir(tmp_path)
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "completed"
+    frame = pd.read_parquet(run_dir / "eval.parquet")
+    fields = [m.name for m in get_env("abr").episode_fields]
+    assert {"test_set", "trace", "trace_id", "label", "cluster", "score", "progress",
+            "env_steps", "mode", *fields} <= set(frame.columns)
     assert sorted(frame["mode"]) == ["emulation"] * 2 + ["simulation"] * 2
     assert (frame["length"] == 2).all() and (frame["video_seconds"] == 8.0).all()
-    chunks = pd.read_parquet(tmp_path / "steps.parquet")
+    assert set(frame["test_set"]) == {"pensieve_synthetic"}
+    chunks = pd.read_parquet(run_dir / "steps.parquet")
     emulated = chunks[chunks["mode"] == "emulation"]
     # Every emulated download took at least the link's round trip (2 x 40 ms).
     assert (emulated["delay"] >= 0.08).all()
     # ... and happened in real time (the two sessions ran side by side).
     assert emulated.groupby("trace")["delay"].sum().max() <= time.monotonic() - started
-    gap = pd.read_csv(tmp_path / "gap.csv")
-    assert list(gap["metric"]) == ["qoe_per_chunk", "mean_level", "stall", "throughput_mbps"]
+    gap = pd.read_csv(run_dir / "gap.csv")
+    assert list(gap["metric"]) == ["score", "mean_level", "stall", "throughput_mbps"]
     assert gap["gap_lo"].isna().all()  # 2 traces: no interval
-    assert "| qoe_per_chunk |" in (tmp_path / "gap.md").read_text()
-    # plume-report shows both modes and the gap, recomputed from the folder's table.
+    assert "| score |" in (run_dir / "gap.md").read_text()
+    with pytest.raises(RunScanError, match="only emulation run directories"):
+        scan_runs(tmp_path)  # never pooled with the simulator's runs
+    # plume-report shows both modes and the gap, recomputed from the run's eval.parquet.
     from plume.report.cli import main as report
 
     assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
     assert "## Simulation and emulation (plume-emulate)" in text and "| bba | abr |" in text
+    assert (tmp_path / "report" / "figures" / "emulation_gap.png").is_file()
     table = pd.read_csv(tmp_path / "report" / "tables" / "emulation_gap.csv")
     np.testing.assert_allclose(table["gap"], gap["gap"])
+    per_trace = pd.read_csv(tmp_path / "report" / "tables" / "emulation_per_trace.csv")
+    assert len(per_trace) == 2 * 4  # traces x metrics
+    # Typed again, the completed job is skipped.
+    again = _emulate(tmp_path, "env=abr", "env.variant=pensieve", "controller=bba",
+                     "emulation.traces=2", "emulation.parallel=2", "emulation.chunks=2")
+    assert again.returncode == 0 and "already completed" in again.stderr + again.stdout
 
 
 @needs_namespaces
@@ -257,21 +300,114 @@ def test_cc_flows_over_real_udp_write_the_gap_against_the_fluid_model(tmp_path):
     its intervals' statistics from real packets, beside the fluid simulator's."""
     import pandas as pd
 
-    from plume.emulation.job import main
+    from plume.envs.registry import get_env
 
-    main(["cc", "--controller", "aimd", "--traces", "2", "--parallel", "2", "--mis", "8",
-          "--out", str(tmp_path)])
-    frame = pd.read_parquet(tmp_path / "emulation.parquet")
+    done = _emulate(tmp_path, "env=cc", "controller=aimd", "emulation.traces=2",
+                    "emulation.parallel=2", "emulation.mis=8")
+    assert done.returncode == 0, done.stderr[-2000:]
+    run_dir = _run_dir(tmp_path)
+    frame = pd.read_parquet(run_dir / "eval.parquet")
+    assert {m.name for m in get_env("cc").episode_fields} <= set(frame.columns)
     assert sorted(frame["mode"]) == ["emulation"] * 2 + ["simulation"] * 2
     assert (frame["length"] == 8).all()
-    steps = pd.read_parquet(tmp_path / "steps.parquet")
+    steps = pd.read_parquet(run_dir / "steps.parquet")
     emulated = steps[steps["mode"] == "emulation"]
+    # Utilisation: packets acknowledged over the MIs / the link's packets in their duration
+    # (emulated MIs count a packet queued past its MI's end: a short flow can exceed 1).
+    capacity = get_env("cc").load_builtin("aurora", "test").constants["bandwidth"][:2]
+    for row in frame.itertuples():
+        mis = steps[(steps["mode"] == row.mode) & (steps["trace"] == row.trace)]
+        delivered = (mis["receiving_rate_bps"] * mis["duration_s"]).sum() / 12000.0
+        expected = delivered / (capacity[row.trace] * mis["duration_s"].sum())
+        assert row.utilisation == pytest.approx(expected, rel=1e-9)
+    assert (frame.loc[frame["mode"] == "simulation", "utilisation"] <= 1 + 1e-9).all()
     # Real packets: RTTs at least the link's two one-way delays, rates within the clip.
     assert (emulated["latency_s"] > 0).all() and (emulated["loss"].between(0, 1)).all()
     assert emulated["rate_bps"].between(40 * 12000 * 0.999, 1000 * 12000 * 1.001).all()
-    gap = pd.read_csv(tmp_path / "gap.csv")
+    gap = pd.read_csv(run_dir / "gap.csv")
     assert list(gap["metric"]) == ["score", "throughput_mbps", "latency", "loss"]
     from plume.report.cli import main as report
 
     assert report([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
-    assert "| aimd | cc | score |" in (tmp_path / "report" / "report.md").read_text()
+    assert "| aimd | cc | plume | score |" in (tmp_path / "report" / "report.md").read_text()
+
+
+# ------------------------------------------------------------------- without root; Mahimahi
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="runs plume-emulate as the unprivileged user nobody: needs root and "
+                           "setpriv to switch to it")
+def test_an_unprivileged_user_emulates_in_a_user_namespace_or_is_told_what_is_needed():
+    """As ``nobody``: where the kernel lets an unprivileged user make a user namespace with a
+    TUN device, the job completes; elsewhere it is refused in one line naming CAP_NET_ADMIN,
+    before any run directory exists."""
+    root = tempfile.mkdtemp(prefix="plume-nobody-")
+    os.chmod(root, 0o777)
+    try:
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             shutil.which("plume-emulate"), f"paths.root={root}", "env=cc", "controller=aimd",
+             "emulation.traces=1", "emulation.mis=4"],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "HOME": root})
+        if done.returncode == 0:
+            (status,) = Path(root).glob("emulation/*/seed=0/status.json")
+            assert json.loads(status.read_text())["state"] == "completed"
+        else:
+            assert done.returncode == 2, done.stderr[-2000:]
+            (line,) = done.stderr.strip().splitlines()
+            assert line.startswith("plume-emulate: error: ") and "CAP_NET_ADMIN" in line
+            assert os.listdir(root) == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_schedule_written_for_mahimahi_is_the_same_cycle():
+    """Mahimahi's period is its last timestamp: the written trace holds every opportunity
+    of the cycle, the same period and the same gaps between opportunities (rotated)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.integers(0, 999), min_size=1, max_size=60), st.integers(1000, 1500))
+    def check(times, period):
+        schedule = Schedule(np.sort(np.array(times, np.int64)), period)
+        with tempfile.TemporaryDirectory() as folder:
+            back = Schedule.from_mahimahi(schedule.to_mahimahi(Path(folder) / "t"))
+        assert back.period_ms == period and len(back.times_ms) == len(times)
+
+        def gaps(s):
+            cycle = np.sort(s.times_ms % s.period_ms)
+            return sorted(np.diff(np.append(cycle, cycle[0] + s.period_ms)).tolist())
+
+        assert gaps(back) == gaps(schedule)
+
+    check()
+    # 12 Mbit/s: one 1500-byte opportunity per millisecond, Mahimahi's "12mbps" trace.
+    with tempfile.TemporaryDirectory() as folder:
+        text = Schedule.constant(12.0).to_mahimahi(Path(folder) / "t").read_text().split()
+    assert text == [str(ms) for ms in range(1, 1001)]
+
+
+def test_mahimahi_shells_are_nested_as_its_tools_expect():
+    """``mm-delay D [mm-loss DIR RATE] mm-link UP DOWN [droptail queues] -- sh -c CMD``, the
+    inside reaching the outside through $MAHIMAHI_BASE (expanded inside)."""
+    from plume.emulation.mahimahi import BASE, shell_argv
+
+    up = LinkSpec(Schedule.constant(12.0), 40.0)
+    down = LinkSpec(Schedule.constant(6.0), 40.0, queue_packets=64, loss=0.01)
+    argv = shell_argv(up, down, "/t/up", "/t/down", ["python3", "-m", "x", BASE, "8000"])
+    assert argv == ["mm-delay", "40", "mm-loss", "downlink", "0.01", "mm-link", "/t/up",
+                    "/t/down", "--downlink-queue=droptail", "--downlink-queue-args=packets=64",
+                    "--", "sh", "-c", 'exec python3 -m x "$MAHIMAHI_BASE" 8000']
+    with pytest.raises(ValueError, match="one whole number of milliseconds"):
+        shell_argv(up, LinkSpec(Schedule.constant(6.0), 20.0), "u", "d", ["true"])
+
+
+@pytest.mark.skipif(REASON is not None or not shutil.which("mm-link"),
+                    reason=str(REASON or "Mahimahi (mm-delay, mm-link) is not installed"))
+def test_mahimahi_carries_tcp_at_the_payload_capacity_as_plumes_link_does():
+    """The cross-check: 5 s of TCP through Mahimahi's own shells (the client inside) at
+    12 Mbit/s, within 3 % of the payload capacity, as the calibration asks of Plume's link."""
+    from plume.emulation.mahimahi import MahimahiShell
+
+    measured, expected = _goodput(5.0, lambda down, up: MahimahiShell(down, up, "client"))
+    assert abs(measured / expected - 1.0) <= 0.03, (measured, expected)

@@ -167,14 +167,23 @@ def simulate(export: str, traces, mis: int) -> tuple[list[list[dict]], list[floa
     return records, initial
 
 
-def episode_fields(records: list[dict]) -> dict[str, float]:
-    """The CC env's episode fields from per-MI records (means over the MIs)."""
+def episode_fields(records: list[dict], capacity_pps: float,
+                   reward_scale: float = 1.0) -> dict[str, float]:
+    """The CC env's episode fields (``plume.envs.cc`` SPEC) from per-MI records: sums and
+    means over the MIs, utilisation = packets delivered / the link's ``capacity_pps`` over
+    the flow's duration; ``score`` the mean reward per MI, plus throughput in Mbit/s."""
     def mean(key: str) -> float:
         return float(np.mean([r[key] for r in records]))
 
-    return {"return": float(sum(r["reward"] for r in records)), "length": len(records),
-            "throughput_mbps": mean("receiving_rate_bps") / 1e6, "latency": mean("latency_s"),
-            "loss": mean("loss"), "score": mean("reward")}
+    bits = 8.0 * PACKET_BYTES
+    delivered = sum(r["receiving_rate_bps"] * r["duration_s"] for r in records) / bits
+    duration = sum(r["duration_s"] for r in records)
+    total = float(sum(r["reward"] for r in records))
+    return {"return": total, "return_transformed": total * reward_scale,
+            "length": len(records), "throughput": mean("receiving_rate_bps") / bits,
+            "latency": mean("latency_s"), "loss": mean("loss"),
+            "utilisation": float(delivered / (capacity_pps * duration)),
+            "score": mean("reward"), "throughput_mbps": mean("receiving_rate_bps") / 1e6}
 
 
 def _complete(mi: MonitorInterval, flow: _Flow) -> bool:

@@ -1,7 +1,7 @@
 """The sim-to-emulation gap: emulation minus simulation on the same trace, averaged over the
 traces, with a 95 % Student-t interval over the per-trace differences from ``MIN_TRACES``
 traces on (none below). ``plume-emulate`` writes it; ``plume-report`` recomputes it from the
-folders' tables."""
+run directories' ``eval.parquet``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-__all__ = ["MIN_TRACES", "gap_rows", "per_trace_gaps"]
+__all__ = ["METRICS", "MIN_TRACES", "gap_markdown", "gap_rows", "per_trace_gaps"]
 
 MIN_TRACES = 5
+METRICS = {"abr": ("score", "mean_level", "stall", "throughput_mbps"),
+           "cc": ("score", "throughput_mbps", "latency", "loss")}
+"""The columns of an emulation's eval.parquet that the gap compares, per environment
+(``score`` is the env's score: QoE per chunk for ABR, reward per MI for CC)."""
 
 
 def per_trace_gaps(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
@@ -39,3 +43,23 @@ def gap_rows(frame: pd.DataFrame, metrics: Sequence[str]) -> list[dict]:
                      "emulation": float(by_mode["emulation"]), "gap": mean,
                      "gap_lo": mean - half, "gap_hi": mean + half, "traces": n})
     return rows
+
+
+def gap_markdown(title: str, score_name: str, summary: pd.DataFrame,
+                 per_trace: pd.DataFrame) -> str:
+    """``gap.md``: the summary table, then emulation minus simulation per trace."""
+    lines = [f"# Sim-to-emulation gap: {title}", "",
+             f"Emulation minus simulation, mean over {int(summary['traces'][0])} traces with a "
+             f"95 % Student-t interval over traces (none from fewer than {MIN_TRACES}); score "
+             f"is {score_name}.", "",
+             "| metric | simulation | emulation | gap [95% t] |", "|---|---:|---:|---:|"]
+    for row in summary.itertuples():
+        interval = "" if np.isnan(row.gap_lo) else f" [{row.gap_lo:+.3f}, {row.gap_hi:+.3f}]"
+        lines.append(f"| {row.metric} | {row.simulation:.3f} | {row.emulation:.3f} | "
+                     f"{row.gap:+.3f}{interval} |")
+    lines += ["", "Per trace (emulation minus simulation):", "",
+              "| trace | " + " | ".join(per_trace.columns[1:]) + " |",
+              "|---|" + "---:|" * (len(per_trace.columns) - 1)]
+    for row in per_trace.itertuples(index=False):
+        lines.append(f"| {row[0]} | " + " | ".join(f"{v:+.3f}" for v in row[1:]) + " |")
+    return "\n".join(lines) + "\n"

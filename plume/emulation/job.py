@@ -1,250 +1,260 @@
-"""``plume-emulate``: a controller's test traces over real TCP, beside the simulator's.
+"""``plume-emulate``: a controller's test traces over real TCP or UDP, beside the simulator's.
 
-    plume-emulate abr runs/.../export --traces 20 --parallel 4 --out runs/emulation/pensieve_a2c
-    plume-emulate abr --controller bba --variant pensieve --traces 20 --out runs/emulation/bba
+    plume-emulate env=abr env.variant=pensieve controller=bba emulation.traces=20
+    plume-emulate env=abr env.variant=pensieve export=runs/.../export emulation.parallel=4
+    plume-emulate env=cc controller=aimd emulation.mis=400
+    plume-emulate -m env=abr env.variant=pensieve controller=bba,robust_mpc,rate_based
 
-Each test trace is one session in real time on its own emulated link (namespaces and link
-per session, ``--parallel`` at once): the trace's bandwidth drives the server-to-client
-direction, ``--delay-ms`` each way (Pensieve's emulation: 40, an 80 ms RTT), a droptail queue
-of ``--queue-packets``. The same controller plays the same traces in the simulator. The output
-folder holds ``emulation.json`` (what was emulated, how), ``emulation.parquet`` (one row per mode and trace: the env's episode fields, QoE
-per chunk, mean level, throughput), ``steps.parquet`` (every chunk or MI of both modes) and
-``gap.md`` / ``gap.csv``: emulation minus simulation per metric, mean over traces with a 95 %
-Student-t interval (none from fewer than 5 traces), and per trace.
+Each test trace is one session in real time on its own emulated link (namespaces and link per
+session, ``emulation.parallel`` at once). ABR: the trace's bandwidth drives the server-to-client
+direction, ``emulation.delay_ms`` each way, a droptail queue of ``emulation.queue_packets``; CC:
+each link tuple (bandwidth, one-way delay, queue, loss). The same controller plays the same
+traces in the simulator. The run directory (``conf/emulate.yaml``: ``mode: emulation``) holds
+``eval.parquet`` in the simulator's schema with a ``mode`` column (one row per mode and
+trace), ``steps.parquet`` (every chunk or MI of both modes), ``gap.md`` / ``gap.csv`` /
+``gap_per_trace.csv`` (emulation minus simulation per metric, mean over traces with a 95 %
+Student-t interval, none from fewer than 5 traces), ``status.json`` and ``config.yaml``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+import hydra
 import pandas as pd
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 
-from plume.emulation import abr, cc
-from plume.emulation.emulator import Emulator
-from plume.emulation.gap import gap_rows, per_trace_gaps
-from plume.emulation.link import LinkSpec, Schedule
+from plume.emulation.gap import METRICS, gap_markdown, gap_rows, per_trace_gaps
+from plume.emulation.scenarios import EMULATIONS, Emulation, emulate
+from plume.harness import sweep
+from plume.harness.configdir import CONF_DIR
+from plume.harness.errors import ConfigError
+from plume.harness.rundir import (
+    COMPLETED,
+    EVAL_TABLE,
+    FAILED,
+    RESOLVED_CONFIG,
+    RUNNING,
+    RunDirectory,
+    discard_unused,
+)
 
 log = logging.getLogger("plume")
 
-PORT = 8000
-UPLINK_MBPS = 12.0
-"""ABR's client-to-server direction (requests only): Pensieve's 12 Mbit/s uplink trace."""
-BITS_PER_PACKET = 1500 * 8
+TOP_KEYS = ("controller", "export", "mode", "exp_name", "seed", "overwrite", "emulation",
+            "env", "algo", "paths")
+LINKS = ("plume", "mahimahi")
 
 
-class AbrEmulation:
-    """ABR sessions: the trace's bandwidth downstream, HTTP chunks, the streaming player."""
+@dataclass
+class EmulationSection:
+    """``emulation.*`` of ``conf/emulate.yaml`` (documented there)."""
 
-    metrics = ("qoe_per_chunk", "mean_level", "stall", "throughput_mbps")
+    traces: int = 20
+    parallel: int = 2
+    chunks: int = 48
+    mis: int = 400
+    delay_ms: float = 40.0
+    queue_packets: Any = None
+    link: str = "plume"
 
-    def __init__(self, args, traces, export: Path, folder: Path) -> None:
-        from plume.envs.abr.video import VIDEO_SIZES
-
-        self.args, self.traces, self.export = args, traces, export
-        self.sizes_file = folder / "sizes.npy"
-        np.save(self.sizes_file, VIDEO_SIZES.T)  # (chunk, level) bytes
-        contract = json.loads((export / "contract.json").read_text())
-        self.chunk_s = float(contract["constants"]["chunk_seconds"])
-
-    def link(self, index: int) -> Emulator:
-        traces, length = self.traces, int(self.traces.lengths[index])
-        schedule = Schedule.from_bandwidth(traces.series["time"][index, :length],
-                                           traces.series["bandwidth"][index, :length],
-                                           float(traces.constants["period"][index]))
-        return Emulator(LinkSpec(schedule, self.args.delay_ms,
-                                 queue_packets=self.args.queue_packets),
-                        LinkSpec(Schedule.constant(UPLINK_MBPS), self.args.delay_ms))
-
-    def session(self, emu: Emulator, index: int) -> list[dict]:
-        budget = 60.0 + self.args.chunks * 30.0  # a chunk takes seconds on the slowest trace
-        emu.popen("server", [sys.executable, "-m", "plume.emulation.abr", "serve", str(PORT),
-                             str(self.sizes_file), str(budget)])
-        time.sleep(0.5)
-        return _json_of(emu.run("client", [sys.executable, "-m", "plume.emulation.abr", "play",
-                                           str(self.export), emu.address("server"), str(PORT),
-                                           str(self.args.chunks)],
-                                timeout=budget, capture_output=True, text=True))
-
-    def simulate(self) -> list[list[dict]]:
-        return abr.simulate(str(self.export), self.traces, self.args.chunks)
-
-    def fields(self, records: list[dict]) -> dict[str, float]:
-        """The episode fields and the env's own score (QoE per chunk after the start-up
-        chunk, as plume-eval and plume-train report it)."""
-        from plume.envs.registry import get_env
-
-        fields = abr.episode_fields(records, self.chunk_s)
-        score = get_env("abr").score.compute({k: np.array([fields[k]]) for k in fields})
-        return {**fields, "qoe_per_chunk": float(score[0])}
+    def __post_init__(self) -> None:
+        for key in ("traces", "parallel", "chunks", "mis"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.delay_ms < 0:
+            raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms}")
+        if self.queue_packets is not None and (not isinstance(self.queue_packets, int)
+                                               or self.queue_packets < 1):
+            raise ValueError(f"queue_packets must be a whole number >= 1 or null, got "
+                             f"{self.queue_packets!r}")
+        if self.link not in LINKS:
+            raise ValueError(f"link must be one of {', '.join(LINKS)}, got {self.link!r}")
 
 
-class CcEmulation:
-    """CC flows: the link tuple (bandwidth, one-way delay, queue, loss) in both directions'
-    delay, the data direction shaped; a paced UDP sender and an ACK-ing receiver."""
+@dataclass
+class EmulationJob:
+    """A checked ``plume-emulate`` config: what plays (``controller`` or ``export``), on
+    which traces, how."""
 
-    metrics = ("score", "throughput_mbps", "latency", "loss")
+    spec: Any
+    params: Any
+    settings: EmulationSection
+    controller: str | None
+    export: Path | None
+    test_set: str
+    traces: Any
 
-    def __init__(self, args, traces, export: Path, folder: Path) -> None:
-        self.args, self.traces, self.export = args, traces, export
-        self.simulated, self.initial = cc.simulate(str(export), traces, args.mis)
+    @property
+    def policy(self) -> str:
+        """A name for reports: the controller's, or the export's algorithm."""
+        if self.controller:
+            return self.controller
+        from plume.deploy.contract import read_contract
 
-    def link(self, index: int) -> Emulator:
-        constants = self.traces.constants
-        mbps = float(constants["bandwidth"][index]) * BITS_PER_PACKET / 1e6
-        delay_ms = float(constants["latency"][index]) * 1000.0
-        down = LinkSpec(Schedule.constant(mbps), delay_ms,
-                        queue_packets=max(int(constants["queue"][index]), 1),
-                        loss=float(constants["loss"][index]), seed=index)
-        return Emulator(down, LinkSpec(Schedule.constant(100.0), delay_ms))
-
-    def session(self, emu: Emulator, index: int) -> list[dict]:
-        budget = 60.0 + self.args.mis * 2.0
-        emu.popen("client", [sys.executable, "-m", "plume.emulation.cc", "receive", str(PORT),
-                             str(budget)])
-        time.sleep(0.3)
-        return _json_of(emu.run("server", [sys.executable, "-m", "plume.emulation.cc", "send",
-                                           str(self.export), emu.address("client"), str(PORT),
-                                           str(self.args.mis), str(self.initial[index])],
-                                timeout=budget, capture_output=True, text=True))
-
-    def simulate(self) -> list[list[dict]]:
-        return self.simulated
-
-    def fields(self, records: list[dict]) -> dict[str, float]:
-        return cc.episode_fields(records)
+        policy = read_contract(self.export)["policy"]
+        return policy.get("controller") or f"{policy.get('algorithm', 'learned')} export"
 
 
-EMULATIONS = {"abr": AbrEmulation, "cc": CcEmulation}
+def check_emulation(cfg: DictConfig) -> EmulationJob:
+    """The checked job of a ``plume-emulate`` config, traces loaded; ConfigError naming the key
+    for a mistake (before Hydra makes the run directory)."""
+    from plume.harness.datasets import load_checked, test_set_name
+    from plume.harness.schema import check_inside_root, check_top_keys, env_section, \
+        typed_section
+
+    check_top_keys(cfg, TOP_KEYS)
+    if cfg.get("mode") != "emulation":
+        raise ConfigError(f"mode must be 'emulation' (it marks the run directory), got "
+                          f"{cfg.get('mode')!r}")
+    check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
+    env, spec, params = env_section(cfg.get("env"))
+    settings = typed_section("emulation", EmulationSection, cfg.get("emulation"))
+    if spec.name not in EMULATIONS:
+        raise ConfigError(f"env={spec.name} has no emulation; emulated envs: "
+                          f"{', '.join(EMULATIONS)}")
+    EMULATIONS[spec.name].check(params)
+    _check_machine(settings)
+    controller, export = _policy(cfg, spec, params)
+    traces = load_checked(spec, env, env.dataset, "test", params)
+    traces = traces.subset(list(range(min(settings.traces, len(traces)))))
+    return EmulationJob(spec, params, settings, controller, export,
+                        test_set_name(spec, env.dataset), traces)
 
 
-def _json_of(done: subprocess.CompletedProcess) -> list[dict]:
-    if done.returncode != 0:
-        raise RuntimeError(f"the emulated session failed: "
-                           f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    return json.loads(done.stdout)
+def _check_machine(settings: EmulationSection) -> None:
+    """ConfigError with the one line that says what this machine or user lacks."""
+    from plume.emulation.mahimahi import missing_tools
+    from plume.emulation.netns import can_emulate
+
+    reason = can_emulate()
+    if reason is None and settings.link == "mahimahi" and missing_tools():
+        reason = (f"emulation.link=mahimahi needs {', '.join(missing_tools())} on the PATH "
+                  "(Mahimahi installed setuid root)")
+    if reason is not None:
+        raise ConfigError(reason)
 
 
-def _rows(mode: str, traces, records: list[list[dict]], emulation) -> list[dict]:
-    return [{"mode": mode, "trace": i, "trace_id": str(traces.trace_ids[i]),
-             **emulation.fields(chunks)} for i, chunks in enumerate(records)]
+def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None]:
+    """``controller`` or ``export``, exactly one, checked against the env."""
+    from dataclasses import asdict
+
+    from plume.deploy.contract import read_contract
+
+    controller, export = cfg.get("controller"), cfg.get("export")
+    if (controller is None) == (export is None):
+        raise ConfigError("give controller=<name> or export=<folder> (one of them)")
+    if controller is not None:
+        if controller not in spec.controllers:
+            raise ConfigError(f"controller={controller!r} is not a controller of env "
+                              f"{spec.name!r}; valid choices: "
+                              f"{', '.join(sorted(spec.controllers))}")
+        return str(controller), None
+    try:
+        contract = read_contract(Path(str(export)))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"export={export}: {err}") from None
+    made_for = contract["env"]
+    if made_for["name"] != spec.name or (
+            "variant" in made_for.get("params", {})
+            and made_for["params"]["variant"] != asdict(params).get("variant")):
+        raise ConfigError(f"export={export} was made for env={made_for['name']} "
+                          f"{made_for.get('params', {}).get('variant', '')}; set env (and "
+                          "env.variant) to match it")
+    return None, Path(str(export))
 
 
-def run(args, export: Path, traces) -> pd.DataFrame:
-    """Emulate and simulate every trace of ``traces``; write the output folder."""
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    contract = json.loads((export / "contract.json").read_text())
-    with tempfile.TemporaryDirectory(prefix="plume-emulation-") as tmp:
-        emulation = EMULATIONS[args.env](args, traces, export, Path(tmp))
+def emulate_job(cfg: DictConfig) -> dict[str, Any] | None:
+    """One emulation, as Hydra's task function (see ``train_job``)."""
+    hydra_cfg = HydraConfig.get()
+    try:
+        return run_emulation(cfg, Path(hydra_cfg.runtime.output_dir))
+    except ConfigError as err:  # the user's mistake: one line, no traceback
+        sweep.refuse("plume-emulate", err, hydra_cfg.mode)
 
-        def one(index: int) -> list[dict]:
-            with emulation.link(index) as emu:
-                return emulation.session(emu, index)
 
-        with ThreadPoolExecutor(max_workers=args.parallel) as sessions:
-            emulated = list(sessions.map(one, range(len(traces))))
-        simulated = emulation.simulate()
-    frame = pd.DataFrame(_rows("emulation", traces, emulated, emulation)
-                         + _rows("simulation", traces, simulated, emulation))
-    frame.to_parquet(out / "emulation.parquet")
-    pd.DataFrame([{"mode": mode, "trace": i, "step": k, **record}
-                  for mode, records in (("emulation", emulated), ("simulation", simulated))
-                  for i, steps in enumerate(records)
-                  for k, record in enumerate(steps)]).to_parquet(out / "steps.parquet")
-    summary = pd.DataFrame(gap_rows(frame, emulation.metrics))
-    per_trace = per_trace_gaps(frame, emulation.metrics)
-    summary.to_csv(out / "gap.csv", index=False)
-    per_trace.to_csv(out / "gap_per_trace.csv", index=False)
-    (out / "gap.md").write_text(_gap_markdown(contract, summary, per_trace, args))
-    policy = contract["policy"].get("controller") or contract["policy"].get("algorithm")
-    (out / "emulation.json").write_text(json.dumps({
-        "env": args.env, "variant": contract["env"].get("variant"), "policy": policy,
-        "export": str(export.resolve()), "traces": len(traces),
-        "trace_ids": [str(t) for t in traces.trace_ids], "metrics": list(emulation.metrics),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-    }, indent=2))
+_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
+                  config_name="emulate")(emulate_job)
+
+
+def main() -> None:
+    """``plume-emulate``: Hydra's app over ``conf/emulate.yaml``."""
+    _app()
+    sys.exit(sweep.exit_code())
+
+
+def run_emulation(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Emulate and simulate every trace of the job; write the run directory (checked first:
+    a refused config leaves none; a completed one is skipped unless ``overwrite``)."""
+    from plume.emulation.netns import EmulationUnavailable
+
+    try:
+        job = check_emulation(cfg)
+    except ConfigError:
+        discard_unused(run_dir)
+        raise
+    rundir = RunDirectory(run_dir)
+    if rundir.is_completed and not cfg.get("overwrite", False):
+        log.info("skipping %s: already completed (overwrite=true to emulate it again)", run_dir)
+        return rundir.status().get("summary")
+    (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    rundir.write_status(RUNNING, exp_name=str(cfg.exp_name), seed=int(cfg.seed),
+                        choices={"env": job.spec.name, "policy": job.policy,
+                                 "mode": "emulation", "link": job.settings.link},
+                        command=" ".join(sys.argv), error=None, traceback=None)
+    started = time.time()
+    try:
+        summary = _emulate_into(job, rundir)
+    except EmulationUnavailable as err:
+        rundir.write_status(FAILED, error=f"EmulationUnavailable: {err}", traceback=None)
+        raise ConfigError(str(err)) from None
+    except BaseException as err:
+        rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
+                            traceback=traceback.format_exc())
+        raise
+    rundir.write_status(COMPLETED, elapsed_s=round(time.time() - started, 3), summary=summary)
+    log.info("%d traces in %.0f s; gap (emulation - simulation):\n%s", len(job.traces),
+             time.time() - started, pd.DataFrame(summary["gap"]).to_string(index=False))
+    log.info("results: %s (eval.parquet, steps.parquet, gap.md)", run_dir)
     return summary
 
 
-def _gap_markdown(contract: dict, summary: pd.DataFrame, per_trace: pd.DataFrame,
-                  args) -> str:
-    policy = contract["policy"].get("controller") or contract["policy"].get("algorithm")
-    lines = [f"# Sim-to-emulation gap: {policy} ({contract['env']['name']}, "
-             f"{contract['env'].get('variant')})", "",
-             f"Emulation minus simulation, mean over {int(summary['traces'][0])} traces with a "
-             "95 % Student-t interval over traces (none from fewer than 5).", "",
-             "| metric | simulation | emulation | gap [95% t] |",
-             "|---|---:|---:|---:|"]
-    for row in summary.itertuples():
-        interval = "" if np.isnan(row.gap_lo) else f" [{row.gap_lo:+.3f}, {row.gap_hi:+.3f}]"
-        lines.append(f"| {row.metric} | {row.simulation:.3f} | {row.emulation:.3f} | "
-                     f"{row.gap:+.3f}{interval} |")
-    lines += ["", "Per trace (emulation minus simulation):", "",
-              "| trace | " + " | ".join(per_trace.columns[1:]) + " |",
-              "|---|" + "---:|" * (len(per_trace.columns) - 1)]
-    for row in per_trace.itertuples(index=False):
-        lines.append(f"| {row[0]} | " + " | ".join(f"{v:+.3f}" for v in row[1:]) + " |")
-    return "\n".join(lines) + "\n"
-
-
-DEFAULT_DATASETS = {"abr": "pensieve_synthetic", "cc": "aurora"}
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="plume-emulate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("env", choices=tuple(EMULATIONS))
-    parser.add_argument("export", nargs="?", help="an export folder (plume-export)")
-    parser.add_argument("--controller", help="a classic controller instead of an export")
-    parser.add_argument("--variant", default="pensieve", choices=("pensieve",),
-                        help="abr: the setting (Pensieve's)")
-    parser.add_argument("--dataset", help="built-in dataset whose test split is played "
-                        "(abr: pensieve_synthetic, cc: aurora)")
-    parser.add_argument("--traces", type=int, default=20, help="the first N test traces")
-    parser.add_argument("--parallel", type=int, default=2, help="sessions at once")
-    parser.add_argument("--chunks", type=int, default=48, help="abr: chunks per session")
-    parser.add_argument("--mis", type=int, default=400, help="cc: monitor intervals per flow")
-    parser.add_argument("--delay-ms", type=float, default=40.0,
-                        help="abr: one-way delay (cc takes each link's own)")
-    parser.add_argument("--queue-packets", type=int, default=None,
-                        help="abr: droptail bound (cc takes each link's own)")
-    parser.add_argument("--out", required=True, type=Path)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``plume-emulate abr|cc EXPORT|--controller NAME ...``; see the module docstring."""
+def _emulate_into(job: EmulationJob, rundir: RunDirectory) -> dict[str, Any]:
+    """Both modes on every trace, the tables written into ``rundir``; the status summary."""
     from plume.deploy.export import export_controller
-    from plume.emulation.netns import EmulationUnavailable
-    from plume.envs.registry import get_env
 
-    parser = _parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[plume-emulate] %(message)s")
-    if (args.export is None) == (args.controller is None):
-        parser.error("give an export folder or --controller, not both")
-    params = {"variant": args.variant} if args.env == "abr" else {}
-    export = Path(args.export) if args.export else export_controller(
-        args.env, params, args.controller, args.out / "export")
-    spec = get_env(args.env)
-    traces = spec.load_builtin(args.dataset or DEFAULT_DATASETS[args.env], "test")
-    traces = traces.subset(list(range(min(args.traces, len(traces)))))
-    started = time.time()
-    try:
-        summary = run(args, export, traces)
-    except EmulationUnavailable as err:
-        print(f"plume-emulate: {err}", file=sys.stderr)
-        sys.exit(2)
-    log.info("%d traces in %.0f s; gap (emulation - simulation):\n%s", len(traces),
-             time.time() - started, summary.to_string(index=False))
+    export = job.export or export_controller(job.spec.name, job.params, job.controller,
+                                             rundir.path / "export")
+    with tempfile.TemporaryDirectory(prefix="plume-emulation-") as tmp:
+        emulation: Emulation = EMULATIONS[job.spec.name](job.settings, job.traces, export,
+                                                         Path(tmp))
+        emulated, simulated = emulate(emulation, job.settings)
+    frame = pd.concat([emulation.eval_table(mode, records, job.test_set)
+                       for mode, records in (("emulation", emulated),
+                                             ("simulation", simulated))], ignore_index=True)
+    rundir.write_table(EVAL_TABLE, frame)
+    rundir.write_table("steps.parquet", pd.DataFrame(
+        [{"mode": mode, "trace": i, "step": k, **record}
+         for mode, records in (("emulation", emulated), ("simulation", simulated))
+         for i, steps in enumerate(records) for k, record in enumerate(steps)]))
+    metrics = METRICS[job.spec.name]
+    summary = pd.DataFrame(gap_rows(frame, metrics))
+    per_trace = per_trace_gaps(frame, metrics)
+    summary.to_csv(rundir.path / "gap.csv", index=False)
+    per_trace.to_csv(rundir.path / "gap_per_trace.csv", index=False)
+    title = f"{job.policy} ({job.spec.name}, {job.test_set}, link={job.settings.link})"
+    (rundir.path / "gap.md").write_text(gap_markdown(title, job.spec.score.name, summary,
+                                                     per_trace))
+    return {"gap": summary.to_dict("records"), "traces": len(job.traces),
+            "export": str(export)}
 
 
 if __name__ == "__main__":

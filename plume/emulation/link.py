@@ -84,6 +84,17 @@ class Schedule:
             raise ValueError(f"{path}: timestamps must be non-decreasing and end above 0")
         return cls(times, int(times[-1]))
 
+    def to_mahimahi(self, path: str | Path) -> Path:
+        """Write this schedule as a Mahimahi trace. Mahimahi's period is the last timestamp,
+        so the cycle is rotated to end on an opportunity: opportunities at 0 move to the
+        period's end and an idle tail moves to the front (the same cycle, started up to one
+        gap between opportunities later)."""
+        times = np.sort(np.where(self.times_ms == 0, self.period_ms, self.times_ms))
+        times = times + (self.period_ms - times[-1])
+        path = Path(path)
+        path.write_text("\n".join(map(str, times.tolist())) + "\n")
+        return path
+
     def to_json(self) -> dict[str, Any]:
         return {"times_ms": self.times_ms.tolist(), "period_ms": self.period_ms}
 

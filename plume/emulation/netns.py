@@ -26,7 +26,8 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["ADDRESSES", "EmulationUnavailable", "NamespacePair", "Side", "can_emulate"]
+__all__ = ["ADDRESSES", "EmulationUnavailable", "NamespacePair", "Side", "can_emulate",
+           "start_anchor"]
 
 ADDRESSES = {"server": "10.231.0.1", "client": "10.231.0.2"}
 """The TUN addresses of the two sides (a /32 each, the other side as the peer)."""
@@ -37,20 +38,25 @@ _ANCHOR = r"""
 import array, fcntl, os, socket, struct, subprocess, sys
 name, address, peer, mtu, sock_fd = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
 TUNSETIFF, IFF_TUN, IFF_NO_PI = 0x400454CA, 0x0001, 0x1000
-tun = os.open("/dev/net/tun", os.O_RDWR)
-fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
-for conf in ("all", "default", name):  # no IPv6 chatter (router solicitations) on the link
+for conf in ("all", "default"):  # no IPv6 chatter (router solicitations) on the link
     try:
         with open(f"/proc/sys/net/ipv6/conf/{conf}/disable_ipv6", "w") as flag:
             flag.write("1")
     except FileNotFoundError:  # a kernel without IPv6
         pass
-for cmd in (["ip", "link", "set", "lo", "up"],
-            ["ip", "link", "set", name, "mtu", mtu, "up"],
-            ["ip", "addr", "add", address + "/32", "peer", peer + "/32", "dev", name]):
-    subprocess.run(cmd, check=True)
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 sock = socket.socket(fileno=sock_fd)
-sock.sendmsg([b"ok"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [tun]))])
+if name == "-":  # a namespace without a TUN device (Mahimahi makes its own): IP forwarding on
+    with open("/proc/sys/net/ipv4/ip_forward", "w") as flag:
+        flag.write("1")
+    sock.sendmsg([b"ok"])
+else:
+    tun = os.open("/dev/net/tun", os.O_RDWR)
+    fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+    for cmd in (["ip", "link", "set", name, "mtu", mtu, "up"],
+                ["ip", "addr", "add", address + "/32", "peer", peer + "/32", "dev", name]):
+        subprocess.run(cmd, check=True)
+    sock.sendmsg([b"ok"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [tun]))])
 sock.recv(1)  # the parent closes its end when done (or dies): then this namespace ends
 """
 
@@ -111,6 +117,50 @@ class Side:
         """Start ``argv`` in this namespace; it dies with this process."""
         return subprocess.Popen(self.command(argv), preexec_fn=die_with_parent, **kwargs)
 
+    def close(self) -> None:
+        """End the namespace: close the TUN descriptor (if any), release and reap the
+        anchor."""
+        closers = [self.control.close]
+        if self.tun_fd >= 0:
+            closers.insert(0, lambda: os.close(self.tun_fd))
+        for close in closers:
+            try:
+                close()
+            except OSError:
+                pass
+        try:
+            self.anchor.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.anchor.kill()
+            self.anchor.wait()
+
+
+def start_anchor(name: str, address: str = "", peer: str = "") -> Side:
+    """A new network namespace around an anchor process: with a TUN device ``name`` at
+    ``address`` (peer ``peer``), or, for ``name="-"``, loopback only and IP forwarding on
+    (what Mahimahi's shells need inside it)."""
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    argv = [*_unshare_prefix(), sys.executable, "-c", _ANCHOR, name, address, peer,
+            str(MTU), str(child.fileno())]
+    anchor = subprocess.Popen(argv, pass_fds=(child.fileno(),), preexec_fn=die_with_parent,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child.close()
+    parent.settimeout(20)
+    fds = array.array("i")
+    try:
+        _, ancillary, _, _ = parent.recvmsg(16, socket.CMSG_LEN(fds.itemsize))
+    except (OSError, socket.timeout):
+        anchor.kill()
+        raise EmulationUnavailable(f"the {name} namespace did not start: "
+                                   f"{anchor.stderr.read().decode()[-300:]}") from None
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:fds.itemsize])
+    if name != "-" and not fds:
+        anchor.kill()
+        raise EmulationUnavailable(f"the {name} namespace sent no TUN descriptor")
+    return Side(name, address, anchor, fds[0] if fds else -1, parent)
+
 
 class NamespacePair:
     """The server and client namespaces, each with a TUN device whose descriptor this
@@ -126,7 +176,7 @@ class NamespacePair:
         try:
             for name in ("server", "client"):
                 other = "client" if name == "server" else "server"
-                self.sides[name] = self._anchor(name, ADDRESSES[name], ADDRESSES[other])
+                self.sides[name] = start_anchor(name, ADDRESSES[name], ADDRESSES[other])
         except BaseException:
             self.close()
             raise
@@ -135,40 +185,8 @@ class NamespacePair:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _anchor(self, name: str, address: str, peer: str) -> Side:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [*_unshare_prefix(), sys.executable, "-c", _ANCHOR, TUN_NAME, address, peer,
-                str(MTU), str(child.fileno())]
-        anchor = subprocess.Popen(argv, pass_fds=(child.fileno(),), preexec_fn=die_with_parent,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        child.close()
-        parent.settimeout(20)
-        fds = array.array("i")
-        try:
-            _, ancillary, _, _ = parent.recvmsg(16, socket.CMSG_LEN(fds.itemsize))
-        except (OSError, socket.timeout):
-            anchor.kill()
-            raise EmulationUnavailable(f"the {name} namespace did not start: "
-                                       f"{anchor.stderr.read().decode()[-300:]}") from None
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(data[:fds.itemsize])
-        if not fds:
-            anchor.kill()
-            raise EmulationUnavailable(f"the {name} namespace sent no TUN descriptor")
-        return Side(name, address, anchor, fds[0], parent)
-
     def close(self) -> None:
         """End both namespaces: close the TUN descriptors, release and reap the anchors."""
         for side in self.sides.values():
-            for close in (lambda: os.close(side.tun_fd), side.control.close):
-                try:
-                    close()
-                except OSError:
-                    pass
-            try:
-                side.anchor.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                side.anchor.kill()
-                side.anchor.wait()
+            side.close()
         self.sides.clear()

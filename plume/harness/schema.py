@@ -90,7 +90,7 @@ LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
-def _typed(section: str, schema: type, node: Any, drop: tuple[str, ...] = ()) -> Any:
+def typed_section(section: str, schema: type, node: Any, drop: tuple[str, ...] = ()) -> Any:
     """Merge ``node`` into ``schema``; unknown keys and wrong types raise ConfigError."""
     if node is None:
         raise ConfigError(f"config section '{section}' is missing")
@@ -136,7 +136,7 @@ def check_top_keys(cfg: DictConfig, known: tuple[str, ...]) -> None:
 def validate(cfg: DictConfig) -> JobConfig:
     """Check every section of a composed job config and return its typed view."""
     check_top_keys(cfg, TOP_KEYS)
-    train = _typed("train", TrainSection, cfg.get("train"))
+    train = typed_section("train", TrainSection, cfg.get("train"))
     if train.total_steps <= 0:
         raise ConfigError(f"train.total_steps must be a positive step budget, got {train.total_steps}")
     if train.eval_points < 1:
@@ -148,7 +148,7 @@ def validate(cfg: DictConfig) -> JobConfig:
 
     algo_node = cfg.get("algo")
     algo_name = _choice("algo.name", str(algo_node.get("name")), tuple(ALGORITHMS))
-    algo = _typed("algo", ALGORITHMS[algo_name].CONFIG, algo_node, drop=("name",))
+    algo = typed_section("algo", ALGORITHMS[algo_name].CONFIG, algo_node, drop=("name",))
 
     sampler_node = OmegaConf.to_container(cfg.get("sampler"), resolve=True)
     sampler_name = _choice("sampler.name", str(sampler_node.pop("name", None)), tuple(SAMPLERS))
@@ -185,11 +185,11 @@ def validate(cfg: DictConfig) -> JobConfig:
                           f"that do: {', '.join(givers)}")
     analysis = analysis_settings(cfg.get("analysis"), spec.analysis_for(env.dataset))
 
-    logger = _typed("logger", LoggerSection, cfg.get("logger"))
+    logger = typed_section("logger", LoggerSection, cfg.get("logger"))
     _choice("logger", logger.name, LOGGERS)
     _choice("logger.mode", logger.mode, WANDB_MODES)
 
-    paths = _typed("paths", PathsSection, cfg.get("paths"))
+    paths = typed_section("paths", PathsSection, cfg.get("paths"))
     if not str(cfg.get("exp_name", "")).strip():
         raise ConfigError("exp_name must be a non-empty name")
     check_inside_root(paths.root, exp_name=cfg.exp_name)
@@ -254,8 +254,8 @@ def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
         raise ConfigError(
             f"unknown key(s) {', '.join(f'env.{k}' for k in unknown)} for env={spec.name}; "
             f"valid keys: {', '.join(sorted(known | set(ENV_KEYS)))}")
-    env = _typed("env", EnvSection, {k: v for k, v in values.items() if k in ENV_KEYS})
-    params = _typed("env", spec.params, own)
+    env = typed_section("env", EnvSection, {k: v for k, v in values.items() if k in ENV_KEYS})
+    params = typed_section("env", spec.params, own)
     if env.n_envs < 1:
         raise ConfigError(f"env.n_envs must be >= 1, got {env.n_envs}")
     if env.max_padded_samples is not None and env.max_padded_samples < 1:

@@ -39,7 +39,7 @@ from plume.report.inference import (
     MIN_RUNS,
     coverage_text,
 )
-from plume.report.emulation import read_emulations
+from plume.report.emulation import gap_figure, read_emulations
 from plume.report.runs import (
     CONTROLLER,
     RunInventory,
@@ -136,9 +136,7 @@ def build_report(
     tables = _tables(inventory, analysis)
     if not references.empty:
         tables["controllers"] = references
-    emulations = read_emulations(paths)
-    if not emulations.empty:
-        tables["emulation_gap"] = emulations
+    tables.update(_emulation_tables(paths))
     table_files = {name: write_table(frame, out / "tables" / name, display=_display(name, frame))
                    for name, frame in tables.items()}
     figure_files: dict[str, list[Path]] = {}
@@ -146,6 +144,7 @@ def build_report(
         from plume.report.plots import all_figures
 
         figure_files = all_figures(analysis, out / "figures")
+        figure_files.update(_emulation_figure(tables, out))
     answers = analysis.answers()
     report = out / "report.md"
     report.write_text(_report_markdown(paths, inventory, analysis, tables, table_files,
@@ -155,26 +154,50 @@ def build_report(
                         answers, summary)
 
 
-def _emulation_lines(gaps: pd.DataFrame) -> list[str]:
-    return ["## Simulation and emulation (plume-emulate)", "",
-            ("Each controller on the same test traces in the simulator and over real TCP/UDP "
-             "(emulated links): means over the traces and the gap, emulation minus simulation, "
-             "with a 95% Student-t interval over the per-trace differences (none from fewer "
-             "than 5 traces)."), "", to_markdown(_display("emulation_gap", gaps))]
+def _emulation_tables(paths: Sequence[str | Path]) -> dict[str, pd.DataFrame]:
+    """``emulation_gap`` and ``emulation_per_trace`` when plume-emulate runs are among
+    ``paths`` (none otherwise)."""
+    gaps, per_trace = read_emulations(paths)
+    return {} if gaps.empty else {"emulation_gap": gaps, "emulation_per_trace": per_trace}
 
 
-def build_emulation_report(paths: Sequence[str | Path], out: str | Path) -> Path:
+def _emulation_figure(tables: dict[str, pd.DataFrame], out: Path) -> dict[str, list[Path]]:
+    per_trace = tables.get("emulation_per_trace")
+    if per_trace is None or per_trace.empty:
+        return {}
+    return {"emulation_gap": [gap_figure(per_trace, out / "figures" / "emulation_gap.png")]}
+
+
+def _emulation_lines(gaps: pd.DataFrame, figure: Path | None = None,
+                     out: Path | None = None) -> list[str]:
+    lines = ["## Simulation and emulation (plume-emulate)", "",
+             ("Each controller on the same test traces in the simulator and over real TCP/UDP "
+              "(emulated links): means over the traces and the gap, emulation minus "
+              "simulation, with a 95% Student-t interval over the per-trace differences (none "
+              "from fewer than 5 traces); score is the env's score. Per trace: "
+              "tables/emulation_per_trace.csv."), "",
+             to_markdown(_display("emulation_gap", gaps)), ""]
+    if figure is not None:
+        lines += [f"![per-trace gaps]({_rel(figure, out)})", ""]
+    return lines
+
+
+def build_emulation_report(paths: Sequence[str | Path], out: str | Path,
+                           figures: bool = True) -> Path:
     """``report.md`` with the emulation section alone, for paths holding only
-    ``plume-emulate`` folders; ReportStatsError when there are none either."""
-    gaps = read_emulations(paths)
-    if gaps.empty:
-        raise ReportStatsError("no run directories and no plume-emulate folders under "
+    ``plume-emulate`` run directories; ReportStatsError when there are none either."""
+    tables = _emulation_tables(paths)
+    if not tables:
+        raise ReportStatsError("no run directories and no plume-emulate runs under "
                                + ", ".join(map(str, paths)))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_table(gaps, out / "tables" / "emulation_gap", display=_display("emulation_gap", gaps))
+    for name, frame in tables.items():
+        write_table(frame, out / "tables" / name, display=_display(name, frame))
+    figure = _emulation_figure(tables, out).get("emulation_gap") if figures else None
     report = out / "report.md"
-    report.write_text("\n".join(["# Plume report", "", *_emulation_lines(gaps)]))
+    report.write_text("\n".join(["# Plume report", "", *_emulation_lines(
+        tables["emulation_gap"], figure[0] if figure else None, out)]))
     return report
 
 
@@ -242,7 +265,7 @@ def _display(name: str, frame: pd.DataFrame) -> pd.DataFrame:
         shown["verdict"] = frame["verdict"]
         return shown
     if name == "emulation_gap":
-        shown = frame[["policy", "env", "metric", "traces"]].copy()
+        shown = frame[["policy", "env", "link", "metric", "traces"]].copy()
         for column in ("simulation", "emulation"):
             shown[column] = frame[column].map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
         shown["gap [95% t]"] = _ci(frame, "gap", "gap_lo", "gap_hi", "+.3f").where(
@@ -450,7 +473,8 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
                        "the same normalisation as above."), "",
                   to_markdown(tables["controllers"])]
     if "emulation_gap" in tables:
-        lines += _emulation_lines(tables["emulation_gap"])
+        figure = figures.get("emulation_gap")
+        lines += _emulation_lines(tables["emulation_gap"], figure[0] if figure else None, out)
     if "exports" in tables:
         lines += ["## Exported controllers (plume-export)", "",
                   ("TorchScript and ONNX checked against PyTorch on the run's own test "
@@ -657,7 +681,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             paper=args.paper, figures=not args.no_figures)
     except ReportError as err:
         try:  # a folder of plume-emulate results alone still reports
-            report = build_emulation_report(args.paths, args.out)
+            report = build_emulation_report(args.paths, args.out,
+                                            figures=not args.no_figures)
         except ReportError:
             print(f"plume-report: error: {err}", file=sys.stderr)
             return 2

@@ -1,6 +1,6 @@
-"""Emulation results in reports: the folders ``plume-emulate`` writes (``emulation.json``,
-``emulation.parquet``), read as data, shown as simulation and emulation side by side with the
-gap per controller and metric.
+"""Emulation results in reports: the run directories ``plume-emulate`` writes (``mode:
+emulation`` in config.yaml), read as data, shown as simulation and emulation side by side with
+the gap per controller and metric, per trace, and as a figure.
 
 The gap (``plume.emulation.gap``) is emulation minus simulation on the same trace, averaged
 over traces, with a 95 % Student-t interval over the per-trace differences from 5 traces on
@@ -9,49 +9,93 @@ over traces, with a 95 % Student-t interval over the per-trace differences from 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
-from plume.emulation.gap import gap_rows
+from plume.emulation.gap import METRICS, gap_rows, per_trace_gaps
+from plume.report.runs import COMPLETED, EMULATION, EVAL, find_run_dirs, read_run
 
-__all__ = ["EMULATION_FILE", "find_emulations", "read_emulations"]
+__all__ = ["find_emulations", "gap_figure", "read_emulations"]
 
-EMULATION_FILE = "emulation.json"
-TABLE_FILE = "emulation.parquet"
-GAP_COLUMNS = ["folder", "env", "policy", "metric", "simulation", "emulation", "gap",
+GAP_COLUMNS = ["run_dir", "env", "policy", "link", "metric", "simulation", "emulation", "gap",
                "gap_lo", "gap_hi", "traces", "problem"]
+PER_TRACE_COLUMNS = ["run_dir", "env", "policy", "trace_id", "metric", "gap"]
 
 
 def find_emulations(paths: Sequence[str | Path]) -> list[Path]:
-    """Every folder under ``paths`` that ``plume-emulate`` wrote (it holds emulation.json)."""
-    found = set()
-    for path in map(Path, paths):
-        if (path / EMULATION_FILE).is_file():
-            found.add(path)
-        if path.is_dir():
-            found.update(p.parent for p in path.rglob(EMULATION_FILE))
-    return sorted(found)
-
-
-def _read_one(folder: Path) -> list[dict]:
+    """Every emulation run directory at or under ``paths`` (any state)."""
     try:
-        meta = json.loads((folder / EMULATION_FILE).read_text())
-        frame = pd.read_parquet(folder / TABLE_FILE)
-        metrics = [m for m in meta["metrics"] if m in frame.columns]
+        run_dirs = find_run_dirs(paths)
+    except ValueError:  # a path that does not exist: the report says so elsewhere
+        return []
+    return [d for d in run_dirs if read_run(d).config.get("mode") == EMULATION]
+
+
+def _read_one(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(gap rows, per-trace rows) of one emulation run; one row with its ``problem`` when it
+    did not complete or its table is not what plume-emulate writes."""
+    files = read_run(run_dir)
+    config, choices = files.config, files.status.get("choices", {})
+    head = {"run_dir": str(run_dir), "env": config.get("env"),
+            "policy": choices.get("policy"),
+            "link": choices.get("link")}
+    try:
+        if files.state != COMPLETED:
+            raise ValueError(f"state {files.state}: {files.problem or files.status.get('error')}")
+        frame = pd.read_parquet(run_dir / EVAL)
+        metrics = [m for m in METRICS.get(head["env"], ()) if m in frame.columns]
         if set(frame["mode"]) != {"emulation", "simulation"} or not metrics:
-            raise ValueError("it needs both modes and the metrics emulation.json names")
+            raise ValueError(f"{EVAL} needs both modes and the env's gap metrics")
         rows = gap_rows(frame, metrics)
+        per_trace = per_trace_gaps(frame, metrics).melt(
+            id_vars="trace_id", var_name="metric", value_name="gap")
     except (OSError, ValueError, KeyError, TypeError) as err:
-        return [{"folder": str(folder), "problem": f"{type(err).__name__}: {err}"[:200]}]
-    return [{"folder": str(folder), "env": meta.get("env"), "policy": meta.get("policy"),
-             **row} for row in rows]
+        return [{**head, "problem": f"{type(err).__name__}: {err}"[:200]}], []
+    return ([{**head, **row} for row in rows],
+            [{**head, **row} for row in per_trace.to_dict("records")])
 
 
-def read_emulations(paths: Sequence[str | Path]) -> pd.DataFrame:
-    """One row per (emulation folder, metric); an unreadable folder is one row with its
-    ``problem``."""
-    rows = [row for folder in find_emulations(paths) for row in _read_one(folder)]
-    return pd.DataFrame(rows, columns=GAP_COLUMNS)
+def read_emulations(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(gap per run and metric, gap per run, trace and metric); an unusable run is one row of
+    the first with its ``problem``."""
+    gaps, per_trace = [], []
+    for run_dir in find_emulations(paths):
+        rows, traces = _read_one(run_dir)
+        gaps += rows
+        per_trace += traces
+    return (pd.DataFrame(gaps, columns=GAP_COLUMNS),
+            pd.DataFrame(per_trace, columns=PER_TRACE_COLUMNS))
+
+
+def gap_figure(per_trace: pd.DataFrame, out: Path) -> Path | None:
+    """Per metric, each controller's per-trace gaps as a strip (zero: the simulator agreed):
+    where the simulator is off, for which traces, and by how much."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if per_trace.empty:
+        return None
+    metrics = list(dict.fromkeys(per_trace["metric"]))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.0), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        rows = per_trace[per_trace["metric"] == metric]
+        policies = list(dict.fromkeys(rows["policy"]))
+        for y, policy in enumerate(policies):
+            values = rows.loc[rows["policy"] == policy, "gap"].dropna().to_numpy(float)
+            if not len(values):
+                continue
+            ax.scatter(values, [y] * len(values), s=12, alpha=0.6)
+            ax.plot([values.mean()] * 2, [y - 0.3, y + 0.3], color="black")
+        ax.axvline(0.0, color="grey", linewidth=0.8)
+        ax.set_yticks(range(len(policies)), policies)
+        ax.set_title(metric, fontsize=9)
+        ax.set_xlabel("emulation - simulation")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -61,7 +61,11 @@ PID_RANGE = (1, 2**31 - 1)
 #: figure labels, where they could open code spans, HTML, links, table cells or mathtext.
 NAME_LIMIT = 200
 NAME_FORBIDS = "`<>[]|\\$"
-CHOICES = ("env", "algo", "sampler", "analysis")
+CHOICES = ("env", "algo", "sampler", "analysis", "policy", "link")
+"""``status.json`` choices the report reads (``policy`` and ``link``: plume-emulate's)."""
+SIMULATION, EMULATION = "simulation", "emulation"
+"""A run directory's ``mode`` (config.yaml): emulation runs (plume-emulate) are reported
+beside the simulator's runs (``plume.report.emulation``), never pooled with them."""
 EVAL_REQUIRED = ("test_set", "trace", "return", "length", "progress")
 EVAL_COLUMNS = (*EVAL_REQUIRED, "label", "cluster", "env_steps", "score")
 
@@ -183,6 +187,11 @@ def scan_runs(paths: str | Path | Sequence[str | Path]) -> RunInventory:
             + f" (a run directory is a folder with {STATUS}, written by plume-train)"
         )
     files = {str(run_dir): read_run(run_dir) for run_dir in run_dirs}
+    run_dirs = [d for d in run_dirs if files[str(d)].config.get("mode") != EMULATION]
+    if not run_dirs:
+        raise RunScanError("only emulation run directories (plume-emulate) under "
+                           + ", ".join(map(str, paths)))
+    files = {str(run_dir): files[str(run_dir)] for run_dir in run_dirs}
     rows = [_describe(run_dir, files[str(run_dir)]) for run_dir in run_dirs]
     frame = pd.DataFrame(rows, columns=INVENTORY_COLUMNS)
     frame["seed"] = frame["seed"].astype("Int64")
@@ -469,9 +478,16 @@ def _check_config(config: Any, name: str) -> dict[str, Any]:
                          f"{at}sampler.name"),
         "controller": _name(config.get("controller"), f"{at}controller"),
         "is_controller": "controller" in config,
+        "mode": _mode(config.get("mode", SIMULATION), f"{at}mode"),
         "total_steps": _whole(train.get("total_steps"), f"{at}train.total_steps", steps),
         "eval_points": _whole(train.get("eval_points"), f"{at}train.eval_points", steps),
     }
+
+
+def _mode(value: Any, where: str) -> str:
+    if value not in (SIMULATION, EMULATION):
+        raise RunFileError(f"{where} is {_show(value)}, not {SIMULATION!r} or {EMULATION!r}")
+    return value
 
 
 def _check_score(score: Any) -> dict[str, Any]:
