@@ -176,7 +176,7 @@ def _sampler(curve) -> str:
 def group_report(group: Group, roles: RunRoles, out: Path, options: Mapping[str, Any]):
     """The rliable report of ``group``'s runs (its controllers listed beside them); None
     without learned runs."""
-    from plume.report.cli import build_report
+    from plume.report import build_report
 
     runs = [run for run, (key, _) in roles.items() if key == group.key]
     if all(roles[r][1] in group.controllers for r in runs):

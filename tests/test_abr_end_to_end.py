@@ -45,7 +45,7 @@ def _trace_dir(root: Path, fmt: str, n: int = 40) -> Path:
 @pytest.mark.parametrize("fmt", ["cooked", "mahimahi"])
 def test_a_directory_of_trace_files_trains_and_reports_with_no_user_code(
         compose_cfg, tmp_path, fmt):
-    from plume.report.cli import build_report
+    from plume.report import build_report
 
     folder = _trace_dir(tmp_path, fmt)
     overrides = ["algo=a2c_pensieve", *ABR_TINY, "env=abr", "env.variant=pensieve",

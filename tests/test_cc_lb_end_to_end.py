@@ -70,7 +70,7 @@ def _controller_run(env: str, controller: str, run_dir, cache) -> None:
 ])
 def test_plume_report_puts_learned_runs_beside_the_classic_controllers(
         env, controllers, compose_cfg, tmp_path):
-    from plume.report.cli import build_report
+    from plume.report import build_report
 
     for seed in range(2):
         run_job(compose_cfg(*TINY_ENV, *SHRINK[env], f"seed={seed}"),

@@ -131,7 +131,7 @@ def test_export_agrees_with_the_policy_and_the_runtime_replays_its_decisions(tra
 
 
 def test_the_report_lists_exports_with_their_parity(trained, tmp_path):
-    from plume.report.cli import build_report
+    from plume.report import build_report
 
     run_dir, export = trained("a2c-pensieve")
     result = build_report([run_dir], tmp_path / "report", figures=False, reps=100,

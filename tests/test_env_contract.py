@@ -90,7 +90,7 @@ def test_a_controller_run_is_stored_like_a_learned_one_and_reported_beside_it(
     from hydra.core.global_hydra import GlobalHydra
 
     from plume.harness.controllers import run_controller
-    from plume.report.cli import build_report
+    from plume.report import build_report
     from tests.conftest import CONF_DIR
 
     run_job(compose_cfg(*TINY, "logger=none"), tmp_path / "learned" / "seed=0")

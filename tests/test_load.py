@@ -19,7 +19,7 @@ JOBS = 200
 @pytest.mark.slow
 def test_two_hundred_jobs_through_joblib_run_once_each_and_pool_in_the_report(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
-    from plume.report.cli import build_report
+    from plume.report import build_report
 
     root = tmp_path / "runs"
     command = [sys.executable, "-m", "plume.harness.train", "-m", "hydra/launcher=joblib",

@@ -24,7 +24,9 @@ import pytest
 import yaml
 
 from plume.report import build_report
-from plume.report.cli import _latex_escape, main, md_escape, plain_text
+from plume.report.cli import main
+from plume.report.tables import latex_escape as _latex_escape
+from plume.report.tables import md_escape, plain_text
 from plume.report.runs import scan_runs
 from plume.report.stats import ReportStatsError
 from tests.test_report import write_run

@@ -14,7 +14,7 @@ methods and their measured coverage live in ``plume.report.inference``, the choi
 in ``plume.report.tasks``.
 """
 
-from plume.report.cli import ReportResult, build_report
+from plume.report.builder import ReportResult, build_report
 from plume.report.inference import MIN_RUNS
 from plume.report.runs import RunInventory, RunScanError, load_scores, scan_runs
 from plume.report.stats import (
