@@ -362,6 +362,22 @@ class Analysis:
                 for row in self.poi.itertuples(index=False)]
 
 
+def _pooled_rows(scores: pd.DataFrame, group_by: list[str],
+                 norms: dict[str, Normalisation]) -> tuple[pd.DataFrame, list, list[str]]:
+    """The normalised, usable rows with their algorithm and task, on the progress grid all
+    runs share: ``(rows, common progress points, notes)``."""
+    if scores.empty:
+        raise ReportStatsError("no completed runs: nothing to pool")
+    unknown = [c for c in group_by if c not in scores.columns]
+    if unknown:
+        raise ReportStatsError(f"cannot group by {unknown}: choose among {list(scores.columns)}")
+    frame, notes = _usable_rows(normalise(scores, norms))
+    frame = assign_tasks(frame.assign(algorithm=_algorithm_names(frame, group_by)))
+    _check_unique_runs(frame, "/".join(group_by))
+    frame, common, grid_notes = _common_progress(frame)
+    return frame, common, notes + grid_notes
+
+
 def analyse(
     scores: pd.DataFrame,
     *,
@@ -382,21 +398,11 @@ def analyse(
     seeds every bootstrap. ``inventory`` (``RunInventory.runs``) lets a trimmed seed be
     explained ("run failed: ..."). Raises ``ReportStatsError`` when nothing can be pooled, the
     baseline is absent, or (``seeds="refuse"``) seeds differ."""
-    if scores.empty:
-        raise ReportStatsError("no completed runs: nothing to pool")
     group_by = [group_by] if isinstance(group_by, str) else list(group_by)
-    unknown = [c for c in group_by if c not in scores.columns]
-    if unknown:
-        raise ReportStatsError(f"cannot group by {unknown}: choose among {list(scores.columns)}")
     group_label = "/".join(group_by)
     norms = dict(normalisations or {})
     aggregate_reps = reps if aggregate_reps is None else aggregate_reps
-
-    frame, notes = _usable_rows(normalise(scores, norms))
-    frame = assign_tasks(frame.assign(algorithm=_algorithm_names(frame, group_by)))
-    _check_unique_runs(frame, group_label)
-    frame, common, grid_notes = _common_progress(frame)
-    notes += grid_notes
+    frame, common, notes = _pooled_rows(scores, group_by, norms)
     final = common[-1]
 
     per_task = _per_run_task(frame)
