@@ -417,19 +417,11 @@ def _features(traces: TraceSet, settings: AnalysisSettings):
                             resample_s=settings.resample_s)
 
 
-def _compute(traces: TraceSet, settings: AnalysisSettings) -> TraceAnalysis:
+def _usable_features(traces: TraceSet, settings: AnalysisSettings,
+                     notes: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """Stage 1's candidate features (non-finite values imputed as tsfresh does) and the
+    names of those not constant across the traces; what was changed goes to ``notes``."""
     n = len(traces)
-    if n < settings.max_k:
-        raise ValueError(
-            f"TraceSet {traces.name!r} has {n} traces, fewer than the {settings.max_k} clusters "
-            f"the analysis fits (k_range={settings.k_range}, fixed_k={settings.fixed_k}"
-            + (f", selection k_end={settings.selection.k_end}" if settings.select else "")
-            + ")"
-        )
-    notes: list[str] = []
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-
     raw = _features(traces, settings)
     values = raw.to_numpy()
     for name, bad in zip(raw.columns, (~np.isfinite(values)).sum(axis=0)):
@@ -450,6 +442,22 @@ def _compute(traces: TraceSet, settings: AnalysisSettings) -> TraceAnalysis:
             f"every candidate feature is constant across the {n} traces of {traces.name!r}; "
             "there is nothing to cluster on"
         )
+    return features, usable
+
+
+def _compute(traces: TraceSet, settings: AnalysisSettings) -> TraceAnalysis:
+    n = len(traces)
+    if n < settings.max_k:
+        raise ValueError(
+            f"TraceSet {traces.name!r} has {n} traces, fewer than the {settings.max_k} clusters "
+            f"the analysis fits (k_range={settings.k_range}, fixed_k={settings.fixed_k}"
+            + (f", selection k_end={settings.selection.k_end}" if settings.select else "")
+            + ")"
+        )
+    notes: list[str] = []
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    features, usable = _usable_features(traces, settings, notes)
     timings["features_s"] = time.perf_counter() - start
 
     t = time.perf_counter()
