@@ -315,8 +315,22 @@ class TraceBenchVecEnv(TraceVecEnv):
         ``take(..., mode="clip")`` on indices computed here (always in range).
         """
         a = self._check_step(actions, len(BITRATES), "bitrate")
+        self._play_chunk(a)
+        raw, rt = self._rewards(a)
+        self._observe(a, rt)
+        done = self._account(raw, rt)
+        infos: dict[str, Any] = {}
+        if done.any():
+            self._finish(done, infos)
+        infos["trace"] = self._trace.copy()
+        infos["_trace"] = np.ones(self.num_envs, dtype=bool)
+        return self._obs.copy(), rt, done.copy(), np.zeros(self.num_envs, dtype=bool), infos
+
+    def _play_chunk(self, a: np.ndarray) -> None:
+        """The chunk's size and download delay (training noise applied), then the stall,
+        the buffer and the sleep above the cap; the trace position moves on."""
         tau, t1 = self._tau, self._t1
-        s1, s2, idx = self._s1, self._s2, self._idx
+        s1, idx = self._s1, self._idx
         delay, stall, buf, sleep = self._delay, self._stall, self._buf, self._sleep
         size = self._size
 
@@ -354,6 +368,9 @@ class TraceBenchVecEnv(TraceVecEnv):
             np.minimum(buf, self.max_buffer, out=buf)
         self._notfirst.fill(1.0)
 
+    def _rewards(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(raw QoE, transformed reward: a fresh array returned to the caller)."""
+        stall, s1, s2 = self._stall, self._s1, self._s2
         # Rewards: raw QoE, then transform_reward in place.
         quality, raw = self._quality, self._raw
         self._bitrates.take(a, out=quality, mode="clip")
@@ -369,7 +386,11 @@ class TraceBenchVecEnv(TraceVecEnv):
         s2 += s1
         np.sign(rt, out=rt)
         rt *= s2
+        return raw, rt
 
+    def _observe(self, a: np.ndarray, rt: np.ndarray) -> None:
+        """The next observation: this chunk's row, the history shifted, the next sizes."""
+        size, delay, buf = self._size, self._delay, self._buf
         # Observation row, normalised and clipped, then the history shift (ping-pong buffers).
         row = self._row
         c0, c1, c2, c3, c4 = self._row_cols
@@ -393,6 +414,9 @@ class TraceBenchVecEnv(TraceVecEnv):
         self._obs = out
         self._parity ^= 1
 
+    def _account(self, raw: np.ndarray, rt: np.ndarray) -> np.ndarray:
+        """Episode sums and the training reward log; the mask of copies that finished."""
+        buf, quality, stall, idx = self._buf, self._quality, self._stall, self._idx
         # Episode bookkeeping.
         np.copyto(self._last_buffer, buf)
         np.copyto(self._last_trace, self._trace)
@@ -405,13 +429,7 @@ class TraceBenchVecEnv(TraceVecEnv):
             self._rewflat.put(idx, rt, mode="clip")
         self._eplen += 1
         done = np.equal(self._vidx, self._n_chunks - 1, out=self._done)
-
-        infos: dict[str, Any] = {}
-        if done.any():
-            self._finish(done, infos)
-        infos["trace"] = self._trace.copy()
-        infos["_trace"] = np.ones(self.num_envs, dtype=bool)
-        return self._obs.copy(), rt, done.copy(), np.zeros(self.num_envs, dtype=bool), infos
+        return done
 
     def _observation(self) -> np.ndarray:
         return self._obs
