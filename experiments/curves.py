@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.catalog import Figure, Group
-from plume.report.figures import save_figure
+from plume.figures import save_figure
 
 RunRoles = Mapping[Path, tuple[str, str]]
 """A completed run directory -> (its group's key, its curve label or controller name)."""

@@ -2,7 +2,7 @@
 
 Every function reads files only (each run directory's ``config.yaml``, ``eval.parquet`` and
 ``sampler.parquet``; the datasets; the cached stage 1-2 analyses) and writes PNG + PDF through
-``plume.report.figures.save_figure``. Every aggregate figure states how many runs it pools.
+``plume.figures.save_figure``. Every aggregate figure states how many runs it pools.
 The training figures of ``experiments.catalog`` are drawn by ``experiments.curves``; this module
 draws the rest (datasets, clusters, Plume-Dynamic's weights) and dispatches.
 
@@ -22,7 +22,7 @@ import pandas as pd
 
 from experiments.catalog import DATASET_LABELS
 from experiments.curves import mean_and_ci, pyplot
-from plume.report.figures import save_figure
+from plume.figures import save_figure
 
 KIND_ORDER = ("fast_low-var", "fast_high-var", "slow_low-var", "slow_high-var")
 KIND_LABELS = {
@@ -331,7 +331,7 @@ def env_clusters(out: Path, cache_dir: Path) -> tuple[dict[str, list[Path]], lis
     from plume.analysis import adjusted_rand_index, analyze
     from plume.envs.registry import get_env
     from plume.harness.schema import analysis_settings
-    from plume.report.figures import cluster_scatter
+    from plume.analysis.figures import cluster_scatter
 
     base = OmegaConf.load(_conf_dir() / "analysis" / "plume.yaml")
     figures, lines = {}, []

@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> None:
 def report(cfg: DictConfig, out: Path) -> str:
     """Run (or load from cache) the analysis of ``cfg``; write figure + summary into ``out``."""
     from plume.analysis import adjusted_rand_index, analyze, contingency_table
-    from plume.report.figures import cluster_scatter
+    from plume.analysis.figures import cluster_scatter
 
     _, _, settings, traces = check_analyze(cfg)
     out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from plume.report.comparisons import METRICS
-from plume.report.figures import save_figure
+from plume.figures import save_figure
 from plume.report.inference import MIN_RUNS
 from plume.report.stats import Analysis
 

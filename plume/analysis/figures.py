@@ -1,4 +1,5 @@
-"""Figures. Every figure is written as PNG and PDF."""
+"""The analysis's own figure: the traces in the space of the features that separate their
+clusters (the paper's Fig. 11-12), drawn by ``plume-analyze`` and the experiments."""
 
 from __future__ import annotations
 
@@ -6,18 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from plume.figures import save_figure
 
-def save_figure(fig, stem: str | Path) -> list[Path]:
-    """Write ``stem``.png and ``stem``.pdf, close the figure, return both paths."""
-    import matplotlib.pyplot as plt
-
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    for path in paths:
-        fig.savefig(path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
-    return paths
+__all__ = ["cluster_scatter"]
 
 
 def cluster_scatter(analysis, stem: str | Path, title: str | None = None) -> list[Path]:
@@ -71,6 +63,3 @@ def _spread(values: np.ndarray, seed: int, levels: int = 20) -> np.ndarray:
 def _short(feature: str) -> str:
     """``throughput__quantile__q_0.05`` -> ``quantile q_0.05``."""
     return " ".join(feature.split("__")[1:]) or feature
-
-
-__all__ = ["cluster_scatter", "save_figure"]
