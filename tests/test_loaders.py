@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from plume.traces import TraceSet
 from plume.traces import loaders as ld
+from plume.traces.formats import cooked as cooked_format
+from plume.traces.formats import mahimahi as mahimahi_format
 from plume.traces.loaders import (
     PUFFER_FORMATS,
     TRACE_FORMATS,
@@ -53,8 +55,9 @@ def _outcome(reader, path: Path, fast: bool, **kwargs):
     """A reader's arrays as raw bytes (so -0.0 and NaN bits count), or its error's type and
     text; ``fast=False`` forces the line-by-line reader."""
     with pytest.MonkeyPatch.context() as patch:
-        if not fast:
-            patch.setattr(ld, "_fast_columns", lambda *args: None)
+        if not fast:  # patched where the readers look it up: their format modules
+            for module in (cooked_format, mahimahi_format):
+                patch.setattr(module, "_fast_columns", lambda *args: None)
         try:
             trace = reader(path, **kwargs)
         except (TraceFileError, ValueError, OverflowError) as err:

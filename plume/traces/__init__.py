@@ -1,8 +1,8 @@
 """Traces: the TraceSet container, trace generators (TraceBench, synthetic ABR) and
-file-format loaders (cooked, Mahimahi, Puffer, npz)."""
+trace-file loading (``loaders``; one module per file format in ``formats``)."""
 
 from plume.traces.abr import ABR_DATASETS, load_abr_dataset
-from plume.traces.loaders import TRACE_FORMATS, TraceFileError, describe_split, load_traces
+from plume.traces.loaders import TRACE_FORMATS, describe_split, load_traces
 from plume.traces.tracebench import (
     BITRATES,
     DATASET_SEED,
@@ -14,7 +14,7 @@ from plume.traces.tracebench import (
     generate_tracebench,
     load_tracebench,
 )
-from plume.traces.traceset import TraceSet, TraceSetFileError
+from plume.traces.traceset import TraceFileError, TraceSet, TraceSetFileError
 
 __all__ = [
     "ABR_DATASETS",

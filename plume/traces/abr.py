@@ -12,7 +12,7 @@ increasing; ``bandwidth`` in **Mbit/s**, forward convention (``bandwidth[i, j]``
 ``[time[i, j], time[i, j + 1])``; the last sample holds 1 s unless ``constants["period"]``);
 ``chunk_sizes`` in **MB** and ``ssim_db`` in dB, float32, shape (n, L, 10), row j = chunk j.
 
-**Puffer-like sessions** (:func:`generate_puffer_like`, paper §3.1, simulators.md §1.3): one
+**Puffer-like sessions** (:func:`generate_puffer_like`, paper §3.1; StanfordSNR/puffer): one
 row per 2.002 s chunk as Puffer logs it. ``bandwidth`` is the chunk's effective throughput:
 ``level * exp(x_j + regime_j) * outage_j``, floored at 0.1 Mbit/s, where the session level is
 a truncated log-normal (its mean throughput), ``x`` a stationary AR(1) on log throughput with
@@ -56,7 +56,7 @@ longer gaps). Session lengths are truncated-Pareto (alpha 1.3) chunk counts in
 [``min_chunks`` = 91, ``max_chunks`` = 300]: 91 = Plume's 86-chunk minimum + the 5 look-ahead
 chunks, so every session is a valid training-episode source.
 
-**Pensieve-like traces** (:func:`generate_pensieve_like`, simulators.md §1.1, §1.5): 320 s
+**Pensieve-like traces** (:func:`generate_pensieve_like`; Pensieve's FCC and Norway sets): 320 s
 bandwidth-only traces, ``constants["period"]`` = 320 s (they loop), of three kinds
 (:data:`PENSIEVE_KINDS`) with deliberately mixed sampling intervals:
 
@@ -181,7 +181,7 @@ TOP_BITRATE_MBPS = SIZE_LADDER_BYTES[-1] * 8e-6 / CHUNK_SECONDS
 """Mean bitrate of the ladder's top encoding, about 3.556 Mbit/s (Fig. 2's threshold)."""
 
 PUFFER_SLOW_MBPS = 6.0
-"""Puffer's slow path: mean delivery rate below 0.75 MB/s = 6 Mbit/s (paper.md §3.1)."""
+"""Puffer's slow path: mean delivery rate below 0.75 MB/s = 6 Mbit/s (the paper, §3.1)."""
 
 PENSIEVE_SLOW_MBPS = 0.75
 """The Pensieve digest's slow line: mean below 750 kbit/s (23 % of its train traces)."""

@@ -17,7 +17,7 @@ never depends on a run seed:
   about 0.92 on Park's 10 servers. One kind, label ``park``.
 * ``lb_mixed`` (the default): a skewed mixture of load regimes (:data:`LB_KINDS`), a 60 %
   majority of Park-like ``typical`` traces and four 10 % minorities, each a different skew
-  knob of simulators.md §3.3:
+  knob of Park's job-size and arrival parameters (``park/param.py``):
 
   ==========  ======  =========================  ========================================
   kind        weight  arrivals                   sizes
