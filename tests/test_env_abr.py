@@ -131,7 +131,7 @@ def rt_of(r):
 # --------------------------------------------------------------------------- scalar references
 class ScalarPensieve:
     """Pensieve's ``sim/env.py`` ``get_video_chunk`` + its agent's state update, literally
-    (simulators.md §1.1), on the ORIGINAL backward-convention cooked arrays: ``ptr`` and
+    (hongzimao/pensieve), on the ORIGINAL backward-convention cooked arrays: ``ptr`` and
     ``last_time``, strict ``>`` download test, wrap to ptr = 1 / last_time = 0, the sleep drained
     over the same walk in full. ``clock`` is the unwrapped trace time, for comparison."""
 

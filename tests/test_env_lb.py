@@ -227,7 +227,7 @@ def test_random_is_uniform_and_reproducible_per_bind():
 
 
 def test_least_work_left_beats_random_by_an_order_of_magnitude():
-    """Park's defaults, 1000 jobs: simulators.md measured mean JCTs ~790 (LWL) and ~14,500
+    """Park's defaults, 1000 jobs, give mean JCTs near 790 (least work left) and 14,500
     (random). A job's JCT is at least its service time on the fastest server, which bounds
     any simulator from below; a simulator that never queues would put random close to it."""
     from plume.harness.evaluation import evaluate_policy

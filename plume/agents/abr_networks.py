@@ -6,8 +6,8 @@ and value MLP heads go on top (``plume.agents.networks.ActorCritic(network=...)`
 layer is followed by a ReLU; the features are the flattened, concatenated branch outputs, with
 no final linear layer (the reference's ``features_dim`` is exactly this concatenation).
 
-GelatoExtractor (paper App. C; reference ``SmallCNN``, plume-reference-code.md §5.7)
----------------------------------------------------------------------------------
+GelatoExtractor (paper App. C; ``SmallCNN`` in sagar-pa/plume's puffer_abr/network_heads.py)
+--------------------------------------------------------------------------------------------
 Input: the 10 x 26 Gelato observation (``obs_dim`` 260), reshaped row-major to (10, 26).
 
 * History branch, rows 0-9 x cols 0-5: the 5 client-history columns *and* the long-term stall

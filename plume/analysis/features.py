@@ -604,7 +604,7 @@ def compute_features(
 
 
 MAX_RESAMPLE_SECONDS = 10_000.0
-"""The reference featurises at most 10,000 s of a trace (plume-reference-code.md §2.2)."""
+"""The authors' ``chunk_traces`` (sagar-pa/plume) featurises at most 10,000 s of a trace."""
 
 
 def resample_forward(time: np.ndarray, values: np.ndarray, lengths: np.ndarray,

@@ -3,7 +3,7 @@
 Every trace-driven simulator here (TraceBench, ABR in both its settings, a time-varying CC
 link) asks the same question for N copies at once: a copy at unwrapped trace time ``tau``
 starts a download of ``size`` payload units; at what unwrapped time does it complete? The
-answer follows simulators.md §5.1, forward convention (``bandwidth[j]`` holds on
+answer uses cumulative sums and searchsorted, forward convention (``bandwidth[j]`` holds on
 ``[time[j], time[j+1])``; the last sample holds until the trace's ``period``, after which
 the trace loops): per-trace cumulative payload tables give ``bytes_at(tau)`` (payload
 deliverable by ``tau``, whole periods included) and its inverse ``time_at(bytes)``, so a

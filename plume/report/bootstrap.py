@@ -1,7 +1,7 @@
 """The report's only door to rliable: aggregates, stratified bootstrap intervals, profiles.
 
 Kept thin so a vendored bootstrap could replace rliable without touching the report. Two
-rliable facts shape it (reference/ecosystem.md §1.4): its bootstrap ignores ``random_state``
+rliable facts shape it (rliable 1.2, ``library.py``): its bootstrap ignores ``random_state``
 and draws from the global NumPy RNG, so every call goes through ``seeded``; and it resamples
 the runs of each task independently (tasks are strata), which is what a report with seeds on
 axis 0 and tasks on axis 1 needs. One call per algorithm, so an algorithm's interval does not
@@ -26,7 +26,7 @@ from scipy import stats as sps
 def seeded(call: Callable[..., Any], seed: int, *args: Any, **kwargs: Any) -> Any:
     """``call(*args, **kwargs)`` right after ``np.random.seed(seed)``; the caller's global RNG
     state is restored afterwards. rliable's bootstrap ignores ``random_state`` and draws with
-    ``np.random.choice`` (ecosystem.md §1.4), so this is the only way to make it reproducible."""
+    ``np.random.choice`` (rliable 1.2, ``library.py``), so only seeding makes it reproducible."""
     state = np.random.get_state()
     try:
         np.random.seed(seed)

@@ -13,7 +13,7 @@ What a reader can trust in them:
 * **Per-cluster panels name their trace kinds** ("cluster 2: slow_high-var 100%").
 
 ``draw_*`` build a figure (tests inspect its axes); ``*_figure`` draw and save it. Colours
-follow the paper's plotting code (reference/paper.md §8): Random/uniform #1b9e77 dashed,
+follow the paper's figures (arXiv 2302.12403, its plotting colours): Random/uniform #1b9e77 dashed,
 Plume-Dynamic #D62728, Plume-Static #a6761d, Trace-Error #7570b3; other samplers take the
 remaining tab10 colours in rank order.
 """

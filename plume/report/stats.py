@@ -1,8 +1,8 @@
 """Statistics of a report: normalisation, tasks, score matrices, and the analysis that puts
 them together.
 
-The protocol follows rliable's pitfalls (Agarwal et al. 2021; reference/ecosystem.md §1.4,
-§4.10) and states no more than the runs support:
+The protocol follows rliable's pitfalls (Agarwal et al. 2021; google-research/rliable
+and its known issues) and states no more than the runs support:
 
 * **Normalise per task, explicitly.** Each environment has one documented
   ``Normalisation(floor, ceiling, description)``; the text goes into the report.

@@ -30,7 +30,7 @@ loss barely changes an episode). Traces are distinct grid points drawn without r
 all controllers". The sizes keep stage 1-2 (1000 traces) and an evaluation (300 episodes in
 one batch) cheap.
 
-``cc_series`` (Genet-style, GenetProject/Genet's CC simulator): the bandwidth varies in time. Series
+``cc_series`` (like GenetProject/Genet's CC simulator): the bandwidth varies in time. Series
 ``time`` (s, a 0.5 s grid over 60 s) and ``bandwidth`` (packets/s, forward convention: sample
 j holds on ``[time[j], time[j+1])``, the last until ``constants["period"]`` = 60 s, then the
 trace loops) plus constants ``latency`` (U(50, 300) ms), ``queue`` (log-uniform 2-50 packets,

@@ -8,7 +8,8 @@ same-step autoreset needs no hook. A copy whose newest history row is empty (no 
 downloaded yet) is at an episode start; rules that need a throughput estimate then pick the
 lowest quality.
 
-Rules (sources: simulators.md §6, plume-reference-code.md §5.10, StanfordSNR/puffer
+Rules (sources: BBA, Huang et al. SIGCOMM 2014; BOLA, Spiteri et al. INFOCOM 2016; RobustMPC,
+Yin et al. SIGCOMM 2015; sagar-pa/plume's ``puffer_abr/classic_policies.py``; StanfordSNR/puffer
 ``src/abr/{linear_bba,bola_basic}.cc``, hongzimao/pensieve ``test/{bb,mpc}.py``):
 
 ========================  ==============================================================
@@ -30,7 +31,7 @@ Rules (sources: simulators.md §6, plume-reference-code.md §5.10, StanfordSNR/p
 ``random``       uniform actions from a seeded generator (``seed`` parameter, default 0).
 ========================  ==============================================================
 
-Fixes against Plume's ``classic_policies.py`` (plume-reference-code.md §5.10), each on purpose:
+Fixes against Plume's ``classic_policies.py`` (sagar-pa/plume, ``puffer_abr``), each on purpose:
 
 * **BOLA units.** The reference feeds SSIM *dB* to a utility that expects the SSIM *index*, so
   v1 computes NaN objectives and both versions always pick encoding 0. Here v1's utility is
@@ -392,8 +393,8 @@ class BufferBased(Controller):
 
 # ---------------------------------------------------------------------------- RB
 class RateBased(Controller):
-    """Rate-based selection on the harmonic mean of the last 5 throughputs (simulators.md
-    §6). gelato: the highest-SSIM encoding whose next chunk downloads within one chunk
+    """Rate-based selection on the harmonic mean of the last 5 throughputs.
+    gelato: the highest-SSIM encoding whose next chunk downloads within one chunk
     length at that rate (sustainable); pensieve: the highest bitrate <= the estimate. With no
     sustainable level, or no sample yet, the lowest."""
 

@@ -10,7 +10,8 @@ trace time ``tau``. One step = one video chunk; the action is the encoding of th
 
 variant="gelato": Plume/Gelato's Puffer simulator
 -------------------------------------------------
-(simulators.md §1.3, paper.md §3.1, plume-reference-code.md §5.3-5.4.) Needs Puffer traces:
+(StanfordSNR/puffer; the paper, §3.1; the authors' ``puffer_abr``: ``abr.py`` ``ABRSimEnv``,
+``abr_wrapper.py``.) Needs Puffer traces:
 ``chunks["chunk_sizes"]`` (n, L, 10) in MB and ``chunks["ssim_db"]`` (n, L, 10), row i = chunk
 i of the stream, aligned with the series rows; trace i has ``lengths[i]`` chunks.
 
@@ -49,7 +50,7 @@ i of the stream, aligned with the series rows; trace i has ``lengths[i]`` chunks
 
 variant="pensieve": Pensieve's ``sim/env.py``
 ---------------------------------------------
-(simulators.md §1.1 and §8.) Bandwidth-only traces (time / bandwidth in Mbit/s; Puffer traces
+(hongzimao/pensieve.) Bandwidth-only traces (time / bandwidth in Mbit/s; Puffer traces
 work too, their chunks are ignored). The loader converts Pensieve's backward-convention cooked
 files: Pensieve's ``ptr`` in {1..L-1} is our forward slot ``ptr - 1`` from that slot's start.
 

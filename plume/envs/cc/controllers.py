@@ -14,7 +14,7 @@ rate to its bounds.
                       training range): no adaptation at all, the normalisation floor.
 ``oracle``            the link's current bandwidth (perfect knowledge, no queue built), the
                       normalisation ceiling.
-``aimd``              Reno-like (simulators.md §6): window W packets, rate = W / RTT; slow
+``aimd``              Reno-like (TCP Reno's AIMD): window W packets, rate = W / RTT; slow
                       start doubles W per RTT until the first loss, then +1 packet per RTT;
                       a loss event halves W, at most once per RTT (a reduction's losses
                       still arrive for about one RTT). Starts from 10 packets (RFC 6928).

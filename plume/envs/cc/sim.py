@@ -1,8 +1,8 @@
 """Congestion control (Aurora / PCC-RL semantics) as a batched fluid model: N senders, each on
 its own single-bottleneck link, stepped in numpy lockstep.
 
-Semantics (simulators.md §2.1, read against PCC-RL's ``network_sim.py`` / ``sender_obs.py``)
--------------------------------------------------------------------------------------------
+Semantics (PCCproject/PCC-RL's Aurora gym, ``src/gym/network_sim.py`` / ``sender_obs.py``)
+------------------------------------------------------------------------------------------
 * **Link** (one trace): bandwidth c(t) in packets/s (a constant, or a series in the forward
   convention that loops at its period), one-way delay D (s), queue capacity K (packets),
   random loss p. A packet is dropped at random with probability p *before* the queue, then

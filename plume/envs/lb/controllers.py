@@ -1,4 +1,4 @@
-"""Classic load-balancing controllers (simulators.md §6), batched over an env's copies.
+"""Classic load-balancing controllers, batched over an env's copies.
 
 Each controller is an object with ``bind(env) -> policy`` (EnvSpec.controllers): the
 observation mixes work and time units and omits queue lengths and job numbers, so the rules
@@ -59,7 +59,7 @@ class _StateRule(ABC):
 
 
 class LeastWorkLeft(_StateRule):
-    """The server that empties first (simulators.md: mean JCT ~790 on Park's defaults)."""
+    """The server that empties first (Park's defaults give it a mean JCT near 790)."""
 
     def score(self, env) -> np.ndarray:
         return env.work_left()

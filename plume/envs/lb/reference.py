@@ -2,7 +2,7 @@
 
 The oracle for :class:`plume.envs.lb.sim.LbVecEnv` (which must match it exactly) and the
 same-process baseline of ``benchmarks/bench_lb.py``. It follows Park's ``LoadBalanceEnv``,
-``Server`` and ``Timeline`` step by step (simulators.md §3.1):
+``Server`` and ``Timeline`` step by step (park-project/park, ``park/envs/load_balance``):
 
 * ``reset`` pushes the first arrival and pops it: the agent sees the first job.
 * ``step(a)`` appends the incoming job to server ``a``'s FIFO queue and starts it if the server

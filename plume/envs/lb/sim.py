@@ -1,7 +1,7 @@
 """Park's load balancing, N copies stepped in numpy lockstep (``env=lb``).
 
 Semantics: exactly those of Park's ``load_balance`` as :mod:`plume.envs.lb.reference` writes
-them out (simulators.md §3.1), replaying a trace's job sequence instead of drawing one:
+them out (park-project/park), replaying a trace's job sequence instead of drawing one:
 
 * One step = one job. The observation shows the servers when job ``j`` arrives at
   ``t_j = sum(interarrival[:j + 1])``; the action (``Discrete(S)``, S = 10 by default) is the

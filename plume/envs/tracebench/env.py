@@ -1,7 +1,7 @@
 """TraceBench: Plume's controlled ABR environment, N copies stepped in numpy lockstep.
 
-Semantics follow the reference ``ToyABREnv`` + ``ToyABRWrapper`` (plume-reference-code.md
-§1.4-1.5); the differences are listed under "Deliberate changes" below.
+Semantics follow the reference ``ToyABREnv`` + ``ToyABRWrapper`` (the authors'
+``controlled_abr``, sagar-pa/plume); the differences are listed under "Deliberate changes" below.
 
 Dynamics (one step = one video chunk)
 -------------------------------------
@@ -61,7 +61,7 @@ never calls ``update``. Episodes cut short by ``reset()`` are not reported.
 
 Implementation: a copy's state is its *unwrapped* trace time ``tau`` (position
 ``tau mod period``); downloads are ``plume.envs.replay.BatchedDownload`` look-ups in per-trace
-cumulative payload tables (simulators.md §5.1, forward convention, exact to 1e-8).
+cumulative payload tables (cumulative sums and searchsorted, forward convention, exact to 1e-8).
 
 Deliberate changes from the reference
 -------------------------------------

@@ -411,7 +411,7 @@ def load_puffer(directory: str | Path, *, min_chunks: int = MIN_CHUNKS, schemes=
     4. Streams with fewer than ``min_chunks`` (86, about 2.9 min of video) rows left go.
 
     Labels are derived, not ground truth: ``"slow"`` when the stream's mean delivery rate is
-    <= 6 Mbit/s (Puffer's slow path, the paper's §3.1), else ``"fast"``. Streams are padded to
+    <= 6 Mbit/s (Puffer's slow path; the paper, §3.1), else ``"fast"``. Streams are padded to
     the longest: ``n_streams x longest`` over ``max_padded_samples`` is refused (each padded
     chunk holds 26 float64 values, 208 bytes).
 
