@@ -20,6 +20,7 @@ import pandas as pd
 
 from experiments.catalog import Figure, Group
 from plume.figures import save_figure
+from plume.harness.rundir import read_status
 
 RunRoles = Mapping[Path, tuple[str, str]]
 """A completed run directory -> (its group's key, its curve label or controller name)."""
@@ -260,12 +261,7 @@ def _table_cell(group: Group, label: str, scores: pd.DataFrame, result, roles) -
 
 
 def _round_seconds(run: Path) -> float:
-    import json
-
-    try:
-        summary = json.loads((Path(run) / "status.json").read_text()).get("summary") or {}
-    except (OSError, ValueError):
-        return 0.0
+    summary = (read_status(run) or {}).get("summary") or {}
     return float(summary.get("sampler_round_seconds") or 0.0)
 
 

@@ -11,7 +11,6 @@ draws the rest (datasets, clusters, Plume-Dynamic's weights) and dispatches.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,14 @@ import pandas as pd
 from experiments.catalog import DATASET_LABELS
 from experiments.curves import mean_and_ci, pyplot
 from plume.figures import save_figure
+from plume.harness.rundir import (
+    COMPLETED,
+    EVAL_TABLE,
+    RESOLVED_CONFIG,
+    SAMPLER_TABLE,
+    STATUS,
+    read_status,
+)
 
 KIND_ORDER = ("fast_low-var", "fast_high-var", "slow_low-var", "slow_high-var")
 KIND_LABELS = {
@@ -59,7 +66,7 @@ def read_run(path: str | Path) -> RunInfo:
     import yaml
 
     path = Path(path)
-    cfg = yaml.safe_load((path / "config.yaml").read_text())
+    cfg = yaml.safe_load((path / RESOLVED_CONFIG).read_text())
     return RunInfo(
         path=path,
         exp_name=str(cfg["exp_name"]),
@@ -76,14 +83,11 @@ def completed_runs(paths: Iterable[str | Path]) -> list[RunInfo]:
     searched for ``*/status.json``."""
     found: dict[Path, None] = {}
     for path in map(Path, paths):
-        candidates = [path] if (path / "status.json").is_file() else sorted(
-            p.parent for p in path.rglob("status.json"))
+        candidates = [path] if (path / STATUS).is_file() else sorted(
+            p.parent for p in path.rglob(STATUS))
         for candidate in candidates:
-            try:
-                state = json.loads((candidate / "status.json").read_text()).get("state")
-            except (OSError, json.JSONDecodeError):
-                continue
-            if state == "completed" and (candidate / "eval.parquet").is_file():
+            state = (read_status(candidate) or {}).get("state")
+            if state == COMPLETED and (candidate / EVAL_TABLE).is_file():
                 found[candidate] = None
     return [read_run(p) for p in found]
 
@@ -96,7 +100,7 @@ def sampler_weight_table(runs: Sequence[RunInfo]) -> pd.DataFrame:
     relative weight (mass / the kind's share of the training traces; 1 = uniform)."""
     frames = []
     for run in runs:
-        path = run.path / "sampler.parquet"
+        path = run.path / SAMPLER_TABLE
         if not path.is_file():
             continue
         frame = pd.read_parquet(path)

@@ -23,24 +23,26 @@ Figures that share runs share jobs: fig10 draws fig9's plume_dynamic runs, fig8 
 majority_fast runs of uniform / plume_static / plume_dynamic and trains only trace_error.
 
 The jobs not yet completed are one Hydra multirun (docs/ARCHITECTURE.md, "Sweeps"): ``launch``
-hands their override lists to the launcher of ``conf/hydra/launcher/`` that the command line chooses
-(joblib with ``-j`` workers by default), which runs ``plume-train``'s job function on each. The
-same figure runs on a laptop, a SLURM cluster or a Ray cluster by changing that one choice.
+runs ``plume-train -m`` (``plume-eval -m``) with the ``plume`` sweeper on their override lists
+(``hydra.sweeper.jobs``) and the launcher of ``conf/hydra/launcher/`` that the command line
+chooses (joblib with ``-j`` workers by default). The same figure runs on a laptop, a SLURM
+cluster or a Ray cluster by changing that one choice.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -55,11 +57,12 @@ from experiments.catalog import (
     TRAINING_FIGURES,
     Figure,
 )
+from plume.harness.rundir import COMPLETED, FAILED, RUNNING, STATUS, TRAIN_LOG, read_status
 from plume.harness.train import format_clock
 
 # conf/hydra/launcher/<name>.yaml has the name of the plugin's own schema, so Hydra 1.3 checks
-# it against that schema (wanted) and warns that this matching is deprecated (noise). Set at
-# import, so it also holds in the worker processes, which import this module for train_task.
+# it against that schema (wanted) and warns that this matching is deprecated (noise) whenever
+# ``plan`` composes a job with a launcher chosen.
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/\w+' is validated against "
                         "ConfigStore schema", category=UserWarning)
 
@@ -114,7 +117,7 @@ class PlannedJob:
 
     @property
     def completed(self) -> bool:
-        return self.state == "completed"
+        return self.state == COMPLETED
 
 
 def experiment(base: str, profile: str) -> str:
@@ -182,7 +185,7 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
                 checks[job.config](cfg)
                 run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
                 state = _read_state(run_dir)
-                if cfg.get("overwrite") and state == "completed":
+                if cfg.get("overwrite") and state == COMPLETED:
                     state = "overwrite"
                 train = job.config == "train"
                 steps = int(cfg.train.total_steps) if train else 0
@@ -193,16 +196,9 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
     return planned
 
 
-def _read_status(run_dir: Path) -> dict | None:
-    """The run directory's status.json, or None when it is missing or unreadable."""
-    try:
-        return json.loads((run_dir / "status.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _read_state(run_dir: Path) -> str | None:
-    return (_read_status(run_dir) or {}).get("state")
+    """The state its ``status.json`` records (None when the job never started)."""
+    return (read_status(run_dir) or {}).get("state")
 
 
 def _show(path: Path) -> str:
@@ -215,45 +211,20 @@ def _show(path: Path) -> str:
 
 # --- Launching: the pending jobs as one Hydra multirun -----------------------------------------
 
-# Worker processes inherit these (joblib, submitit, a local Ray instance): one BLAS/OpenMP thread
-# per job, W&B quiet. A job's torch threads come from train.torch_threads.
+# The sweep's process has these and its workers inherit them (joblib, submitit, a local Ray
+# instance): one BLAS/OpenMP thread per job, W&B quiet. A job's torch threads come from
+# train.torch_threads.
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
               "WANDB_SILENT": "true"}
 JOBLIB_PLUGIN = "hydra_plugins.hydra_joblib_launcher"
 
 
-def train_task(cfg):
-    """plume-train's job as the launcher's task function. A job that plume-train would end with
-    ``sys.exit`` (a config error found only at run time) raises instead, so that the launcher
-    records one failed job and the others go on: a SystemExit would end the whole sweep."""
-    from plume.harness import train
-
-    return _without_exit(train.train_job, cfg, "plume-train")
-
-
-def eval_task(cfg):
-    """plume-eval's job (a classic controller) as the launcher's task function."""
-    from plume.harness import controllers
-
-    return _without_exit(controllers.eval_job, cfg, "plume-eval")
-
-
-def _without_exit(main, cfg, command: str):
-    try:
-        return main(cfg)
-    except SystemExit as err:
-        raise RuntimeError(f"{command} exited with status {err.code}") from None
-
-
-TASKS = {"train": train_task, "eval": eval_task}
-
-
 def launcher_overrides(hydra_overrides: Sequence[str], workers: int) -> list[str]:
     """The Hydra overrides of the sweep: the user's ``hydra...`` overrides, plus joblib with
     ``workers`` jobs at a time when no launcher is chosen (Hydra's basic launcher, one job after
-    another in this process, when the joblib plugin is not installed), and job logs to each run
-    directory's ``train.log`` only and the launcher's own log off, so the console keeps the
-    one progress line."""
+    another in the sweep's process, when the joblib plugin is not installed), and job logs to
+    each run directory's ``train.log`` only and the launcher's own log off, so the console
+    keeps the one progress line."""
     import importlib.util
 
     chosen = list(hydra_overrides)
@@ -272,114 +243,127 @@ def launcher_overrides(hydra_overrides: Sequence[str], workers: int) -> list[str
 
 def launch(pending: Sequence[PlannedJob], overrides: Sequence[str],
            stream: TextIO | None = None, progress_every_s: float = 30.0) -> list[PlannedJob]:
-    """Hand ``pending`` to the launcher that ``overrides`` chooses, as one Hydra multirun, and
-    wait for it; an aggregate progress line is printed meanwhile. Hydra's sweeper expands a
-    cartesian product, a figure's list of unfinished jobs need not be one: the launcher is set
-    up the way ``Hydra.multirun`` does it and given the explicit list. A failed job is reported
+    """Run ``pending`` as one ``plume-train -m`` (``plume-eval -m``) process, through the
+    launcher that the Hydra ``overrides`` choose, and wait for it; an aggregate progress line
+    is printed meanwhile. A figure's unfinished jobs need not be a cartesian product, so the
+    ``plume`` sweeper is handed the explicit list (``hydra.sweeper.jobs``); its refusals and
+    summary are the app's own, and the sweep's folder (where launchers keep their files, e.g.
+    submitit's ``.submitit/``) is the first job's experiment folder. A failed job is reported
     and the others go on. Returns the jobs that did not complete (with ``error`` set)."""
-    from hydra._internal.callbacks import Callbacks
-    from hydra.core.plugins import Plugins
-    from hydra.types import HydraContext, RunMode
-
     stream = stream or sys.stdout
     if not pending:
         return []
     config = pending[0].job.config
     if any(p.job.config != config for p in pending):
         raise ValueError("one multirun launches jobs of one config (plume-train or plume-eval)")
-    with _hydra(config) as hydra, _worker_environment(), _kept_logging():
-        # The sweep's own config is the first job's: hydra.sweep.dir is then that job's
-        # experiment folder, where launchers keep their files (submitit's .submitit/).
-        cfg = hydra.compose_config(config, [*overrides, *pending[0].args], RunMode.MULTIRUN)
-        callbacks = Callbacks(cfg)
-        launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
-            task_function=TASKS[config], config=cfg)
-        print(f"launching {len(pending)} job(s): {' '.join(overrides)}; each job logs to "
-              f"<run dir>/train.log", file=stream, flush=True)
-        callbacks.on_multirun_start(config=cfg, config_name=config)
-        returns, stopped = [], None
-        with SweepProgress(pending, stream, progress_every_s):
-            try:
-                returns = list(launcher.launch([list(p.args) for p in pending], 0))
-            except Exception as err:  # noqa: BLE001  (e.g. a submitit job killed by the cluster)
-                stopped = f"{type(err).__name__}: {err}"
-        if stopped:
-            print(f"the launcher stopped: {stopped}", file=stream)
-        callbacks.on_multirun_end(config=cfg, config_name=config)
-    return _failures(pending, returns, stopped)
+    print(f"launching {len(pending)} job(s): {' '.join(overrides)}; each job logs to "
+          f"<run dir>/train.log", file=stream, flush=True)
+    with tempfile.TemporaryDirectory(prefix="plume-sweep-") as folder:
+        jobs_file = Path(folder) / "jobs.json"
+        jobs_file.write_text(json.dumps([list(p.args) for p in pending]))
+        with open(Path(folder) / "stderr.txt", "w+", errors="replace") as errors:
+            with SweepProgress(pending, stream, progress_every_s):
+                code = _run_sweep(sweep_command(config, overrides, jobs_file), errors)
+            errors.seek(0)
+            lines = errors.read().splitlines()
+    return _failures(pending, APPS[config][1], lines, code, stream)
 
 
-@contextmanager
-def _hydra(config: str = "train"):
-    """Hydra's app object for ``conf/<config>.yaml``, as ``plume-train`` (``plume-eval``)
-    builds it."""
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+# The app of each job config: its module (run with this Python, as ``python -m``: the working
+# directory is importable, as it is for the figure command) and its name in its own lines.
+APPS = {"train": ("plume.harness.train", "plume-train"),
+        "eval": ("plume.harness.controllers", "plume-eval")}
 
-    from plume.harness.configdir import CONF_DIR
 
-    GlobalHydra.instance().clear()
+def sweep_command(config: str, overrides: Sequence[str], jobs_file: Path) -> list[str]:
+    """The command line of the sweep: the app in multirun mode, the ``plume`` sweeper on the
+    jobs file, the launcher ``overrides``; jobs named after their config (``train``,
+    ``eval``), as their logs (``<run dir>/train.log``) and cluster jobs are."""
+    keys = [o.partition("=")[0].lstrip("+~") for o in overrides]
+    name = [] if "hydra.job.name" in keys else [f"hydra.job.name={config}"]
+    return [sys.executable, "-m", APPS[config][0], "-m", "hydra/sweeper=plume",
+            f"hydra.sweeper.jobs={_override_value(str(jobs_file))}", *name, *overrides]
+
+
+def _override_value(text: str) -> str:
+    """``text`` as the value of a Hydra override: as is when it is a plain path, else quoted."""
+    if re.fullmatch(r"[\w./-]+", text):
+        return text
+    return "'" + text.replace("'", "\\'") + "'"
+
+
+def _run_sweep(command: list[str], errors: TextIO) -> int:
+    """Run the sweep's process to its end, ``WORKER_ENV`` in its environment (its workers
+    inherit it), its stderr into ``errors``; its exit status. Ctrl-C reaches it too: it is
+    given time to stop its jobs before the interrupt goes on."""
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=errors,
+                               env={**os.environ, **WORKER_ENV})
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3",
-                                   job_name=config):
-            yield GlobalHydra.instance().hydra
-    finally:
-        GlobalHydra.instance().clear()
+        return process.wait()
+    except BaseException:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
 
 
-@contextmanager
-def _worker_environment():
-    """``WORKER_ENV`` in this process's environment while workers are started from it."""
-    saved = {key: os.environ.get(key) for key in WORKER_ENV}
-    os.environ.update(WORKER_ENV)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextmanager
-def _kept_logging():
-    """Launchers configure logging in the launching process (the basic launcher even runs the
-    jobs here): put the root logger back as it was afterwards."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-
-
-def _failures(pending: Sequence[PlannedJob], returns: Sequence,
-              stopped: str | None = None) -> list[PlannedJob]:
+def _failures(pending: Sequence[PlannedJob], app: str, stderr: Sequence[str], code: int,
+              stream: TextIO) -> list[PlannedJob]:
     """The jobs whose run directory does not say completed, each with its error: the text of
-    ``status.json`` (the job's own record), else the exception the launcher returned for it,
-    else why the launcher stopped."""
-    from hydra.core.utils import JobStatus
-
+    ``status.json`` (the job's own record), else the sweep's line about the job (refused
+    before or while running, failed), else why the sweep stopped: the last line it wrote when
+    it ended without its summary (e.g. the launcher raised)."""
+    said = _sweep_lines(pending, app, stderr)
+    stopped = None
+    if not any(line.startswith(f"{app}: sweep of ") for line in stderr):
+        stopped = _last_line(stderr) or f"{app} exited with status {code}"
+        print(f"the launcher stopped: {stopped}", file=stream)
     failed = []
-    for index, item in enumerate(pending):
+    for item, line in zip(pending, said):
         item.state = _read_state(item.run_dir)
         if item.completed:
             continue
-        ret = returns[index] if index < len(returns) else None
-        raised = getattr(ret, "_return_value", None)
-        if ret is not None and ret.status == JobStatus.FAILED and raised is not None:
-            item.error = f"{type(raised).__name__}: {raised}"
-        item.error = (_status_error(item.run_dir) or item.error or stopped
+        item.error = (_status_error(item.run_dir) or line or stopped
                       or "the job did not complete")
         failed.append(item)
     return failed
 
 
+def _sweep_lines(pending: Sequence[PlannedJob], app: str,
+                 stderr: Sequence[str]) -> list[str | None]:
+    """Per job, the reason of the sweep's ``<app>: refused|failed [<job>]: <reason>`` line
+    about it (a refusal as ``JobRefused: <reason>``, the way a refused job's error reads)."""
+    from hydra_plugins.plume_sweeper.plume_sweeper import job_names
+
+    names = job_names([p.args for p in pending])
+    found: list[str | None] = [None] * len(pending)
+    for line in stderr:
+        verb = next((v for v in ("refused", "failed") if line.startswith(f"{app}: {v}")), None)
+        for i, name in enumerate(names if verb else ()):
+            head = f"{app}: {verb} [{name}]: " if name else f"{app}: {verb}: "
+            if found[i] is None and line.startswith(head):
+                reason = TRACEBACK_NOTE.sub("", line[len(head):])
+                found[i] = f"JobRefused: {reason}" if verb == "refused" else reason
+                break
+    return found
+
+
+TRACEBACK_NOTE = re.compile(rf" \(traceback in .*/{re.escape(STATUS)}\)$")
+HYDRA_HINT = "Set the environment variable HYDRA_FULL_ERROR=1"
+
+
+def _last_line(stderr: Sequence[str]) -> str | None:
+    """The last line of a stopped sweep's stderr that says something (Hydra's hint to set
+    HYDRA_FULL_ERROR follows the error it printed)."""
+    said = [line.strip() for line in stderr if line.strip()]
+    said = [line for line in said if not line.startswith(HYDRA_HINT)]
+    return said[-1] if said else None
+
+
 def _status_error(run_dir: Path) -> str | None:
-    error = (_read_status(run_dir) or {}).get("error")
+    error = (read_status(run_dir) or {}).get("error")
     return str(error).splitlines()[0][:300] if error else None
 
 
@@ -462,19 +446,19 @@ class SweepProgress:
     def line(self) -> str:
         """The current line (also its own test seam)."""
         states = [_read_state(item.run_dir) for item in self.items]
-        done = sum(state == "completed" for state in states)
-        failed = sum(state == "failed" for state in states)
-        running = [i for i, state in enumerate(states) if state == "running"]
+        done = sum(state == COMPLETED for state in states)
+        failed = sum(state == FAILED for state in states)
+        running = [i for i, state in enumerate(states) if state == RUNNING]
         self.peak_running = max(self.peak_running, len(running))
         steps, rates, remaining = 0, [], []
         for item, state in zip(self.items, states):
-            record = last_record(item.run_dir / "train.jsonl") if state else None
-            trained = item.total_steps if state == "completed" else int(
+            record = last_record(item.run_dir / TRAIN_LOG) if state else None
+            trained = item.total_steps if state == COMPLETED else int(
                 (record or {}).get("env_steps", 0))
             steps += min(trained, item.total_steps)
-            if state not in ("completed", "failed"):
+            if state not in (COMPLETED, FAILED):
                 remaining.append(item.total_steps - trained)
-            if state == "running" and record and record.get("time_s", 0) > 0:
+            if state == RUNNING and record and record.get("time_s", 0) > 0:
                 rates.append(record["env_steps"] / record["time_s"])
         self.rate = sum(rates) / len(rates) if rates else self.rate
         eta = sweep_eta(remaining, self.rate, self.peak_running)
@@ -503,7 +487,7 @@ def estimated_runtime(pending: Sequence[PlannedJob], planned: Sequence[PlannedJo
     by_experiment: dict[Path, list[float]] = {}
     by_kind: dict[str, list[float]] = {}
     for item in planned:
-        status = _read_status(item.run_dir) if item.completed else None
+        status = read_status(item.run_dir) if item.completed else None
         rate = (status or {}).get("summary", {}).get("steps_per_s")
         if rate:
             by_experiment.setdefault(item.run_dir.parent.parent, []).append(float(rate))
@@ -572,7 +556,7 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
         trained = len(pending) - len(failed)
         for item in failed:
             print(f"FAILED {_show(item.run_dir)}: {item.error}\n"
-                  f"    status.json and train.log in that directory", file=stream)
+                  f"    {STATUS} and train.log in that directory", file=stream)
         print(f"trained {trained}, skipped {len(done)} (already completed), "
               f"failed {len(failed)}; training took {format_clock(time.time() - began)}",
               file=stream, flush=True)
@@ -588,7 +572,7 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
     for figure in figures:
         mine = figure_jobs(figure, profile, n_seeds)
         roles = {by_job[j].run_dir: (j.group, j.label) for j in mine
-                 if _read_state(by_job[j].run_dir) == "completed"}
+                 if _read_state(by_job[j].run_dir) == COMPLETED}
         target = out_path / figure
         try:
             artefacts[figure] = draw.render(figure, roles, target, expected_runs=len(mine),

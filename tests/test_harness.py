@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,6 +181,82 @@ def test_multirun_writes_the_sweep_layout_and_skips_completed_jobs(tmp_path):
     assert (second.stdout + second.stderr).count("already completed") == 2
     for job, stamp in stamps.items():
         assert (job / "eval.parquet").stat().st_mtime_ns == stamp
+
+
+def test_a_multirun_of_a_jobs_file_runs_exactly_its_jobs(compose_cfg, tmp_path):
+    """``hydra.sweeper.jobs``: two jobs that are no cartesian product (the product of their
+    values would be four jobs), each after the command line's overrides that it does not set
+    itself (algo.n_steps=32 replaces TINY's 64), in the folder plume-train uses for them."""
+    jobs = [["env=tracebench", "sampler=uniform", "seed=0"],
+            ["env=tracebench", "algo.n_steps=32", "seed=1"]]
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    root = tmp_path / "runs"
+    common = [*TINY, "logger=none", f"paths.root={root}"]
+    command = [sys.executable, "-m", "plume.harness.train", "-m",
+               f"hydra.sweeper.jobs={tmp_path / 'jobs.json'}", *common]
+    done = subprocess.run(command, capture_output=True, text=True, env=plume_train_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ("plume-train: sweep of 2 job(s): 2 completed, 0 refused, 0 failed"
+            in done.stderr.splitlines())
+    plain = [[*common, *jobs[0]],
+             [*(o for o in common if not o.startswith("algo.n_steps=")), *jobs[1]]]
+    expected = [Path(OmegaConf.select(compose_cfg(*args, hydra_cfg=True), "hydra.run.dir"))
+                for args in plain]
+    assert sorted(p.parent for p in root.rglob("status.json")) == sorted(expected)
+    for run_dir in expected:
+        assert RunDirectory(run_dir).status()["state"] == "completed"
+    assert [OmegaConf.load(d / "config.yaml").algo.n_steps for d in expected] == [64, 32]
+    # nothing else: the sweep's folder holds its record and the two jobs' folders, one seed each
+    assert [p.name for p in root.iterdir()] == ["default"]
+    assert sorted(p.name for p in (root / "default").iterdir()) == sorted(
+        ["multirun.yaml", *(d.parent.name for d in expected)])
+    assert [[p.name for p in d.parent.iterdir()] for d in expected] == [["seed=0"], ["seed=1"]]
+
+
+PRODUCTS = [
+    # keys in first-seen order, the last varying fastest; batches of max_batch_size
+    (["a=1,2", "b=x,y,z", "c=3"], 4,
+     [[["a=1", "b=x", "c=3"], ["a=1", "b=y", "c=3"], ["a=1", "b=z", "c=3"],
+       ["a=2", "b=x", "c=3"]], [["a=2", "b=y", "c=3"], ["a=2", "b=z", "c=3"]]]),
+    (["a=1,2", "b=x,y,z", "c=3"], None,
+     [[["a=1", "b=x", "c=3"], ["a=1", "b=y", "c=3"], ["a=1", "b=z", "c=3"],
+       ["a=2", "b=x", "c=3"], ["a=2", "b=y", "c=3"], ["a=2", "b=z", "c=3"]]]),
+    # a later value of a key replaces an earlier one; lists and quoted commas are one value
+    (["a=1", "a=2,3", "b=[1,2]", "c='q,r'"], 1,
+     [[["a=2", "b=[1,2]", "c='q,r'"]], [["a=3", "b=[1,2]", "c='q,r'"]]]),
+    ([], None, [[[]]]),  # no override: one job
+]
+
+
+@pytest.mark.parametrize("args, batch, expected", PRODUCTS)
+def test_the_plume_sweeper_expands_a_product_as_hydra_s_basic_sweeper(args, batch, expected):
+    """The jobs and batches of Hydra's basic sweeper (its documented order), written out."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hydra_plugins.plume_sweeper.plume_sweeper import batches, product_jobs
+
+    overrides = OverridesParser.create().parse_overrides(args)
+    assert batches(product_jobs(overrides), batch) == expected
+
+
+def test_a_jobs_file_lists_runs_not_sweeps(tmp_path):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hydra_plugins.plume_sweeper.plume_sweeper import JobsFileError, listed_jobs, read_jobs
+
+    parser = OverridesParser.create()
+    path = tmp_path / "jobs.json"
+    for text in ("[[\"seed=0\"]", "[\"seed=0\"]", "[[0]]"):
+        path.write_text(text)
+        with pytest.raises(JobsFileError, match="hydra.sweeper.jobs="):
+            read_jobs(str(path))
+    with pytest.raises(JobsFileError, match="not a sweep: seed=0,1"):
+        listed_jobs([["seed=0,1"]], [], parser)
+    with pytest.raises(JobsFileError, match="sweep override cannot be added"):
+        listed_jobs([["seed=0"]], parser.parse_overrides(["sampler=a,b"]), parser)
+    given = parser.parse_overrides(["seed=3", "+x=1", "logger=none"])
+    assert listed_jobs([["seed=0"], ["logger=wandb"]], given, parser) == [
+        ["+x=1", "logger=none", "seed=0"], ["seed=3", "+x=1", "logger=wandb"]]
 
 
 def test_an_interrupted_job_resumes_from_its_checkpoint(compose_cfg, tmp_path, monkeypatch):

@@ -304,30 +304,48 @@ def test_the_ray_launcher_runs_jobs_on_a_local_ray_instance(tmp_path, monkeypatc
     assert failed == [] and states(planned) == ["completed", "completed"]
 
 
-def test_the_slurm_launcher_turns_its_keys_into_one_sbatch_array(tmp_path, monkeypatch, capsys):
+class Unfinished:
+    """A submitted SLURM job that the cluster killed."""
+
+    def results(self):
+        raise RuntimeError("job 42_0 was killed by SLURM")
+
+
+class FakeSlurm(Callback):
+    """In the sweep's process, before its launcher starts: submitit's SLURM executor appends
+    the sbatch script it would submit to ``scripts`` (a JSON list) instead of calling sbatch,
+    and every job it returns was killed by SLURM."""
+
+    def __init__(self, scripts: str):
+        self.scripts = Path(scripts)
+
+    def on_multirun_start(self, config, **kwargs):
+        from submitit.slurm import slurm
+
+        def submit(executor, delayed):
+            params = {**executor.parameters, "map_count": len(delayed)}
+            script = slurm._make_sbatch_string(command="python -m submitit.core._submit x",
+                                               folder=executor.folder, **params)
+            old = json.loads(self.scripts.read_text()) if self.scripts.is_file() else []
+            self.scripts.write_text(json.dumps([*old, script]))
+            return [Unfinished() for _ in delayed]
+
+        slurm.SlurmExecutor.affinity = classmethod(lambda cls: 1)  # "srun"
+        slurm.SlurmExecutor._internal_process_submissions = submit
+
+
+def test_the_slurm_launcher_turns_its_keys_into_one_sbatch_array(tmp_path, capsys):
     """Without a cluster: the sbatch script the jobs would be submitted with, then a launcher
     that stops (as when SLURM kills a job) leaves the jobs reported as not completed."""
-    from submitit.slurm import slurm
-
-    scripts = []
-
-    class Unfinished:
-        def results(self):
-            raise RuntimeError("job 42_0 was killed by SLURM")
-
-    def submit(executor, delayed):
-        params = {**executor.parameters, "map_count": len(delayed)}
-        scripts.append(slurm._make_sbatch_string(command="python -m submitit.core._submit x",
-                                                 folder=executor.folder, **params))
-        return [Unfinished() for _ in delayed]
-
-    monkeypatch.setattr(slurm.SlurmExecutor, "affinity", classmethod(lambda cls: 1))  # "srun"
-    monkeypatch.setattr(slurm.SlurmExecutor, "_internal_process_submissions", submit)
+    written = tmp_path / "scripts.json"
     planned = tiny_jobs(2, tmp_path / "runs")
     failed = runner.launch(planned, runner.launcher_overrides([
         "hydra/launcher=submitit_slurm", "hydra.launcher.partition=cpu",
         "hydra.launcher.timeout_min=90", "hydra.launcher.array_parallelism=8",
-        "+hydra.launcher.additional_parameters.requeue=true"], 2), progress_every_s=60)
+        "+hydra.launcher.additional_parameters.requeue=true",
+        "+hydra.callbacks.fake_slurm._target_=tests.test_launchers.FakeSlurm",
+        f"+hydra.callbacks.fake_slurm.scripts={written}"], 2), progress_every_s=60)
+    scripts = json.loads(written.read_text())
     [script] = scripts
     for line in ("--partition=cpu", "--time=90", "--cpus-per-task=1", "--array=0-1%2",
                  "--requeue", "--signal=USR2@120"):

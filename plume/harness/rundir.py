@@ -98,6 +98,17 @@ def _number(value: Any, kind: type) -> Any:
         return None
 
 
+def read_status(path: str | Path) -> dict[str, Any] | None:
+    """The parsed ``status.json`` of the run directory ``path``, or None when the job never
+    started or the file is not a JSON object. Never creates the directory (unlike
+    :class:`RunDirectory`), so watching jobs that may never start leaves nothing behind."""
+    try:
+        status = json.loads((Path(path) / STATUS).read_text())
+    except (OSError, ValueError, RecursionError):  # missing, not UTF-8 or JSON, too deep
+        return None
+    return status if isinstance(status, dict) else None
+
+
 def discard_unused(path: Path) -> bool:
     """Remove ``path`` when nothing but Hydra's own files (``.hydra/``, the job log) is in it
     and no job ever started there (a job refused inside a multirun), with the sweep folders
@@ -127,11 +138,7 @@ class RunDirectory:
     def status(self) -> dict[str, Any] | None:
         """The parsed ``status.json``, or None when the job never started or the file is not a
         JSON object (damaged: nothing in it can be trusted, see :meth:`status_damaged`)."""
-        try:
-            status = json.loads((self.path / STATUS).read_text())
-        except (OSError, ValueError, RecursionError):  # missing, not UTF-8 or JSON, too deep
-            return None
-        return status if isinstance(status, dict) else None
+        return read_status(self.path)
 
     @property
     def status_damaged(self) -> bool:
