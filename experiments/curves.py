@@ -20,7 +20,7 @@ import pandas as pd
 
 from experiments.catalog import Figure, Group
 from plume.figures import save_figure
-from plume.harness.rundir import read_status
+from plume.run_record import read_status
 
 RunRoles = Mapping[Path, tuple[str, str]]
 """A completed run directory -> (its group's key, its curve label or controller name)."""

@@ -22,7 +22,7 @@ import pandas as pd
 from experiments.catalog import DATASET_LABELS
 from experiments.curves import mean_and_ci, pyplot
 from plume.figures import save_figure
-from plume.harness.rundir import (
+from plume.run_record import (
     COMPLETED,
     EVAL_TABLE,
     RESOLVED_CONFIG,
@@ -264,8 +264,8 @@ def analysis_settings():
     shares their cache."""
     from omegaconf import OmegaConf
 
-    from plume.harness.schema import analysis_settings as typed
     from plume.harness.configdir import CONF_DIR
+    from plume.harness.schema import analysis_settings as typed
 
     return typed(OmegaConf.load(CONF_DIR / "analysis" / "plume.yaml"))
 
@@ -333,9 +333,9 @@ def env_clusters(out: Path, cache_dir: Path) -> tuple[dict[str, list[Path]], lis
     from omegaconf import OmegaConf
 
     from plume.analysis import adjusted_rand_index, analyze
+    from plume.analysis.figures import cluster_scatter
     from plume.envs.registry import get_env
     from plume.harness.schema import analysis_settings
-    from plume.analysis.figures import cluster_scatter
 
     base = OmegaConf.load(_conf_dir() / "analysis" / "plume.yaml")
     figures, lines = {}, []

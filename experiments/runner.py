@@ -57,8 +57,8 @@ from experiments.catalog import (
     TRAINING_FIGURES,
     Figure,
 )
-from plume.harness.rundir import COMPLETED, FAILED, RUNNING, STATUS, TRAIN_LOG, read_status
 from plume.harness.train import format_clock
+from plume.run_record import COMPLETED, FAILED, RUNNING, STATUS, TRAIN_LOG, read_status
 
 # conf/hydra/launcher/<name>.yaml has the name of the plugin's own schema, so Hydra 1.3 checks
 # it against that schema (wanted) and warns that this matching is deprecated (noise) whenever
@@ -169,9 +169,9 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    from plume.harness.configdir import CONF_DIR
     from plume.harness.controllers import check_controller
     from plume.harness.schema import validate
-    from plume.harness.configdir import CONF_DIR
 
     checks = {"train": validate, "eval": check_controller}
     planned = []

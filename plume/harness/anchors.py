@@ -19,9 +19,8 @@ import numpy as np
 
 from plume.envs.registry import EnvSpec
 from plume.harness.evaluation import Evaluator
+from plume.run_record import SCORE_FILE  # noqa: F401  (harness modules import it here)
 from plume.traces import TraceSet
-
-SCORE_FILE = "score.json"
 
 
 def controller_trace_scores(spec: EnvSpec, params: Any, traces: TraceSet, controller: str,

@@ -1,18 +1,11 @@
-"""The run-directory contract (docs/ARCHITECTURE.md): every job is a self-describing folder.
+"""The harness's writer of run directories: every job is a self-describing folder whose files
+and states ``plume.run_record`` names (the record the report and the experiments read).
 
-- ``status.json``: running / completed / failed, with error text and timings
-- ``train.jsonl``: the training curve, one JSON object per update
-- ``eval.parquet``: one row per (progress point, test set, trace)
-- ``sampler.parquet``: sampling weight per ground-truth kind / cluster over training
-- ``checkpoint.pt``: model, optimiser, sampler and RNG states, as data that loading can
-  never execute (``plume.harness.statefile``)
-- ``exports.json``: the controller's exports (``plume-export``), each with its parity result
 Every file is written atomically (temporary file + rename, the temporary removed when the
-write fails), so a crash or a reader in another process never sees half a file. A torn or
-corrupt checkpoint is detected when loaded (:class:`CorruptCheckpoint`) and never trusted.
-One process at a time works in a run directory (:meth:`RunDirectory.lock`); a job whose
-status says ``running`` but whose process is gone reads as ``interrupted``
-(:func:`effective_state`).
+write fails), so a crash or a reader in another process never sees half a file. Checkpoints
+are data that loading can never execute (``plume.harness.statefile``); a torn or corrupt one
+is detected when loaded (:class:`CorruptCheckpoint`) and never trusted. One process at a time
+works in a run directory (:meth:`RunDirectory.lock`).
 """
 
 from __future__ import annotations
@@ -22,28 +15,31 @@ import fcntl
 import json
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
-STATUS = "status.json"
-TRAIN_LOG = "train.jsonl"
-EVAL_TABLE = "eval.parquet"
-SAMPLER_TABLE = "sampler.parquet"
-CHECKPOINT = "checkpoint.pt"
-RESOLVED_CONFIG = "config.yaml"
-EXPORTS = "exports.json"
+from plume.run_record import (  # noqa: F401  (the names harness modules import from here)
+    CHECKPOINT,
+    COMPLETED,
+    EVAL_TABLE,
+    EXPORTS,
+    FAILED,
+    HEARTBEAT_STALE_S,
+    INTERRUPTED,
+    RESOLVED_CONFIG,
+    RUNNING,
+    SAMPLER_TABLE,
+    STATUS,
+    TRAIN_LOG,
+    effective_state,
+    read_status,
+)
 
 LOCK = ".lock"
 HYDRA_FILES = (".hydra",)
-
-RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
-HEARTBEAT_STALE_S = 600.0
-"""A ``running`` job whose heartbeat is older than this (seconds) reads as interrupted, also
-when it ran on another host (a SLURM node) where its pid cannot be checked."""
 
 
 class CorruptCheckpoint(ValueError):
@@ -62,51 +58,6 @@ def _atomic_write(path: Path, write) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    return True
-
-
-def effective_state(status: dict[str, Any] | None, now: float | None = None) -> str | None:
-    """The state a reader should believe: ``running`` becomes ``interrupted`` when the job's
-    process is gone (same host, pid not alive) or its heartbeat is stale."""
-    if not isinstance(status, dict) or status.get("state") != RUNNING:
-        return status.get("state") if isinstance(status, dict) else None
-    pid, beat = _number(status.get("pid"), int), _number(status.get("heartbeat"), float)
-    if status.get("host") == socket.gethostname() and pid is not None and 0 < pid < 2**31:
-        if not _pid_alive(pid):
-            return INTERRUPTED
-    if beat is not None and (now or time.time()) - beat > HEARTBEAT_STALE_S:
-        return INTERRUPTED
-    return RUNNING
-
-
-def _number(value: Any, kind: type) -> Any:
-    """``value`` as ``kind``, or None when a damaged status holds something else there."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return kind(value)
-    except (OverflowError, ValueError):  # inf, nan
-        return None
-
-
-def read_status(path: str | Path) -> dict[str, Any] | None:
-    """The parsed ``status.json`` of the run directory ``path``, or None when the job never
-    started or the file is not a JSON object. Never creates the directory (unlike
-    :class:`RunDirectory`), so watching jobs that may never start leaves nothing behind."""
-    try:
-        status = json.loads((Path(path) / STATUS).read_text())
-    except (OSError, ValueError, RecursionError):  # missing, not UTF-8 or JSON, too deep
-        return None
-    return status if isinstance(status, dict) else None
 
 
 def discard_unused(path: Path) -> bool:

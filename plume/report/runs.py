@@ -32,18 +32,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from plume.harness.rundir import effective_state
+from plume.run_record import (
+    COMPLETED,
+    EXPORTS,
+    HYDRA_CONFIG,
+    RUNNING,
+    STATES,
+    STATUS,
+    effective_state,
+)
+from plume.run_record import EVAL_TABLE as EVAL
+from plume.run_record import RESOLVED_CONFIG as CONFIG
+from plume.run_record import SCORE_FILE as SCORE
 
-STATUS = "status.json"
-CONFIG = "config.yaml"
-HYDRA_CONFIG = ".hydra/config.yaml"
-EVAL = "eval.parquet"
-SCORE = "score.json"
-EXPORTS = "exports.json"
-COMPLETED, FAILED, RUNNING, INTERRUPTED = "completed", "failed", "running", "interrupted"
 BROKEN = "broken"
-#: The states a ``status.json`` may hold (``interrupted``: a running job whose process died).
-STATES = (COMPLETED, FAILED, RUNNING, INTERRUPTED)
 CONTROLLER = "controller"
 """The ``algo`` of a classic controller's run; its ``sampler`` column holds the controller."""
 
