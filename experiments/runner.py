@@ -170,7 +170,7 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
     from omegaconf import OmegaConf
 
     from plume.harness.configdir import CONF_DIR
-    from plume.harness.controllers import check_controller
+    from plume.harness.preflight import check_controller
     from plume.harness.schema import validate
 
     checks = {"train": validate, "eval": check_controller}

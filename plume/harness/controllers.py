@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from plume.harness import sweep
 from plume.harness.anchors import SCORE_FILE, score_description
+from plume.harness.configdir import CONF_DIR
 from plume.harness.evaluation import Evaluator, eval_scores
 from plume.harness.rundir import (
     COMPLETED,
@@ -38,11 +39,8 @@ from plume.harness.rundir import (
 )
 from plume.harness.schema import (
     ConfigError,
-    check_inside_root,
-    env_section,
     resolve_env_defaults,
 )
-from plume.harness.configdir import CONF_DIR
 
 log = logging.getLogger("plume")
 
@@ -64,18 +62,6 @@ def eval_job(cfg: DictConfig) -> dict[str, Any] | None:
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")(eval_job)
-
-
-def check_controller(cfg: DictConfig):
-    """``(env section, EnvSpec, params, controller name)`` of a plume-eval config; ConfigError
-    for a bad env key or a controller the env does not have (before any evaluation)."""
-    env, spec, params = env_section(cfg.get("env"))
-    check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
-    name = str(cfg.get("controller"))
-    if name not in spec.controllers:
-        raise ConfigError(f"controller={name!r} is not a controller of env {spec.name!r}; "
-                          f"valid choices: {', '.join(sorted(spec.controllers))}")
-    return env, spec, params, name
 
 
 def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:

@@ -20,7 +20,13 @@ from omegaconf import DictConfig
 
 from plume.harness.datasets import is_builtin, load_checked, load_test_sets, make_env
 from plume.harness.errors import ConfigError
-from plume.harness.schema import JobConfig, analysis_settings, env_section, validate
+from plume.harness.schema import (
+    JobConfig,
+    analysis_settings,
+    check_inside_root,
+    env_section,
+    validate,
+)
 from plume.traces import TraceSet
 
 
@@ -43,13 +49,23 @@ def check_train(cfg: DictConfig) -> JobInputs:
 
 def check_eval(cfg: DictConfig):
     """``plume-eval``: ``(env section, EnvSpec, params, controller, test sets)``, checked."""
-    from plume.harness.controllers import check_controller
-
     env, spec, params, name = check_controller(cfg)
     key = ("eval", spec.name, tuple(env.test_sets), env.trace_format,
            env.max_padded_samples, repr(params))
     test_sets = _cached(key, spec, env.test_sets, lambda: load_test_sets(spec, env, params))
     return env, spec, params, name, test_sets
+
+
+def check_controller(cfg: DictConfig):
+    """``(env section, EnvSpec, params, controller name)`` of a plume-eval config; ConfigError
+    for a bad env key or a controller the env does not have (before any evaluation)."""
+    env, spec, params = env_section(cfg.get("env"))
+    check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
+    name = str(cfg.get("controller"))
+    if name not in spec.controllers:
+        raise ConfigError(f"controller={name!r} is not a controller of env {spec.name!r}; "
+                          f"valid choices: {', '.join(sorted(spec.controllers))}")
+    return env, spec, params, name
 
 
 def check_analyze(cfg: DictConfig):
