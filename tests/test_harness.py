@@ -140,12 +140,12 @@ def test_same_seed_same_results_different_seed_different_results(compose_cfg, tm
 
 
 def test_a_failing_job_records_why(compose_cfg, tmp_path, monkeypatch):
-    from plume.harness import train
+    from plume.harness.loop import TrainingLoop
 
     def crash(self):  # a bug while training (bad data is refused before the run exists)
         raise RuntimeError("a bug in training")
 
-    monkeypatch.setattr(train._Training, "run", crash)
+    monkeypatch.setattr(TrainingLoop, "run", crash)
     with pytest.raises(RuntimeError, match="a bug in training"):
         run_job(compose_cfg(*TINY, "logger=none"), tmp_path / "run")
     status = RunDirectory(tmp_path / "run").status()

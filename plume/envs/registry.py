@@ -18,17 +18,14 @@ the candidate feature set, the cluster-count range).
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import sys
-import traceback
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from plume.traces.traceset import TraceSet
+from plume.user_modules import import_user_module
 
 ENV_PACKAGES: dict[str, str] = {
     "tracebench": "plume.envs.tracebench",
@@ -124,7 +121,9 @@ class EnvSpec:
         dataset_analysis: built-in dataset -> the analysis defaults that differ for it (CC's
             link tuples are featurised as raw constants, its bandwidth series as series);
             see :meth:`analysis_for`.
-        algo_preset: the ``conf/algo`` option this environment trains with by default.
+        algo_preset: the ``conf/algo`` option this environment trains with when no ``algo=``
+            is chosen: a name, or ``params -> name`` (a preset per variant); the one place an
+            environment's default learner is declared (see :meth:`default_algo`).
         default_dataset: ``params -> dataset`` used when ``env.dataset`` is null (default: the
             first built-in dataset).
         channel_help: appended to a missing-channel error (what to do instead).
@@ -153,7 +152,7 @@ class EnvSpec:
     oracle_controller: str | None = None
     analysis: Mapping[str, Any] = field(default_factory=dict)
     dataset_analysis: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    algo_preset: str = "ppo"
+    algo_preset: str | Callable[[Any], str] = "ppo"
     default_dataset: Callable[[Any], str] | None = None
     channel_help: str = ""
     deployment: Callable[[Any], dict[str, Any]] | None = None
@@ -178,6 +177,12 @@ class EnvSpec:
                 f"{source}: env {self.name!r} needs channel(s) {', '.join(missing)}; the traces "
                 f"have {', '.join(traces.channel_names) or 'none'}"
                 + (f"; {self.channel_help}" if self.channel_help else ""))
+
+    def default_algo(self, params: Any) -> str:
+        """The ``conf/algo`` preset this environment trains with under ``params`` when the
+        config leaves the algorithm to it (``algo=auto``, the default)."""
+        preset = self.algo_preset(params) if callable(self.algo_preset) else self.algo_preset
+        return str(preset)
 
     def analysis_for(self, dataset: str) -> dict[str, Any]:
         """The analysis defaults for ``dataset``: :attr:`analysis` updated by the dataset's
@@ -224,36 +229,5 @@ def get_env(name: str, package: str | None = None) -> EnvSpec:
 
 
 def _import_package(package: str):
-    """Import ``package``: a ``.py`` file path (loaded once, under its file stem) or a module.
-    A user's module is code: any error it raises while importing is reported in one line
-    naming its file and line (ImportError), and a module that failed is never kept."""
-    path = Path(package).expanduser()
-    if path.suffix == ".py" and not path.is_file():
-        raise ImportError(f"env.package={package!r}: no such file")
-    name = f"plume_user_env_{path.stem}" if path.suffix == ".py" else package
-    try:
-        if path.suffix != ".py":
-            return importlib.import_module(package)
-        if name not in sys.modules:
-            loader = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[name] = module  # dataclasses look modules up by name
-            loader.loader.exec_module(module)
-        return sys.modules[name]
-    except ModuleNotFoundError as err:
-        sys.modules.pop(name, None)
-        raise ImportError(f"env.package={package!r}: {err}") from None
-    except Exception as err:  # noqa: BLE001 (the user's module: whatever it raised)
-        sys.modules.pop(name, None)
-        raise ImportError(f"env.package={package!r} failed to import: "
-                          f"{_where_it_failed(err)}") from None
-
-
-def _where_it_failed(err: Exception) -> str:
-    """'SyntaxError: invalid syntax (env.py:12)': the error and the user's file and line."""
-    if isinstance(err, SyntaxError):
-        return f"{type(err).__name__}: {err.msg} ({err.filename}:{err.lineno})"
-    frames = [f for f in traceback.extract_tb(err.__traceback__)
-              if not f.filename.startswith("<frozen")]
-    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(err).__name__}: {err}{where}"
+    """Import a user's environment module (``env.package``)."""
+    return import_user_module(package, "env.package", "plume_user_env")

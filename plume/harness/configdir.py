@@ -4,7 +4,9 @@ depends on importing another for a side effect.
 
 ``conf/`` is at the repository root; ``plume/conf`` links to it so that a wheel ships it as
 package data. Importing this module registers the ``plume_dirname`` resolver that the run
-directory layout (``conf/hydra/default.yaml``) names.
+directory layout (``conf/hydra/default.yaml``) names, and the configs
+``schema/sampler/<name>`` that ``conf/sampler/<name>.yaml`` extend (each sampler's options at
+their ``CONFIG`` defaults).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-__all__ = ["CONF_DIR", "override_dirname", "register_resolvers"]
+__all__ = ["CONF_DIR", "override_dirname", "register_resolvers", "register_sampler_defaults"]
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
@@ -34,4 +36,18 @@ def register_resolvers() -> None:
     OmegaConf.register_new_resolver("plume_dirname", override_dirname, replace=True)
 
 
+def register_sampler_defaults() -> None:
+    """Store every registered sampler's options at their defaults as the Hydra config
+    ``schema/sampler/<name>`` (idempotent): a ``conf/sampler`` file names only what differs,
+    and every option is a command-line key (``sampler.alpha=0.7``) without a ``+``."""
+    from hydra.core.config_store import ConfigStore
+
+    from plume.sampling import SAMPLERS, sampler_defaults
+
+    store = ConfigStore.instance()
+    for name, cls in SAMPLERS.items():
+        store.store(group="schema/sampler", name=name, node=sampler_defaults(cls))
+
+
 register_resolvers()
+register_sampler_defaults()

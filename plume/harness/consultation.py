@@ -1,12 +1,14 @@
 """Samplers that judge the current policy (Genet's gap to a rule-based baseline): the harness,
 not the algorithm, evaluates the policy on the training traces the sampler names.
 
-A sampler takes part by having ``evaluation_every`` (env steps between rounds), and
-``evaluation_traces() -> trace indices`` and ``observe_policy(traces, scores)``. The training
-loop stops ``learn`` at every multiple of ``evaluation_every``, plays the greedy policy once on
-each named training trace in test mode (the evaluator's loop, the env's score: exactly how the
-baseline's per-trace scores were computed) and hands the scores to the sampler. The algorithm
-never sees traces, and the rounds fall on the same env steps after a resume.
+Every sampler has ``evaluation_every`` (env steps between rounds: its
+``needs(config).policy_every``, 0 for none), ``evaluation_traces() -> trace indices`` and
+``observe_policy(traces, scores)`` (no-ops on the TraceSampler base). For a sampler that
+consults the policy, the training loop stops ``learn`` at every multiple of
+``evaluation_every``, plays the greedy policy once on each named training trace in test mode
+(the evaluator's loop, the env's score: exactly how the baseline's per-trace scores were
+computed) and hands the scores to the sampler. The algorithm never sees traces, and the rounds
+fall on the same env steps after a resume.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class PolicyConsultation:
     def __init__(self, sampler, spec: EnvSpec, params: Any, traces: TraceSet,
                  env_steps: int = 0) -> None:
         self.sampler, self.spec, self.params, self.traces = sampler, spec, params, traces
-        self.every = int(getattr(sampler, "evaluation_every", 0) or 0)
+        self.every = int(sampler.evaluation_every)
         self.rounds = self.round_of(env_steps)
         self.seconds = 0.0  # wall time of the rounds' evaluations
 

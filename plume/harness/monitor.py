@@ -35,6 +35,10 @@ class TrainingMonitor(VectorWrapper):
         self.last_return: float | None = None
         self._signal_source: Callable[[], np.ndarray] | None = None
 
+    def observe(self, observer: Callable[[int], None]) -> None:
+        """Call ``observer(env_steps)`` after every step (the training loop's progress)."""
+        self.observer = observer
+
     def connect(self, learner_signal: Callable[[], np.ndarray]) -> None:
         self._signal_source = learner_signal
 

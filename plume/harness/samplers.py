@@ -1,6 +1,6 @@
 """Build the configured trace sampler, with what it needs from the dataset and its analysis.
 
-Samplers take plain arrays (``TraceSampler.inputs``): cluster ``memberships`` and trace
+Samplers take plain arrays (``NEEDS.inputs`` of their class): cluster ``memberships`` and trace
 ``features`` come from Plume's stage 1-2 analysis (cached per dataset content and settings, so
 a sweep analyses once), ``mean_throughput`` from the traces themselves.
 
@@ -14,7 +14,7 @@ an episode's steps, its scores are passed on with the report.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +26,15 @@ from plume.traces import TraceSet
 CONTROLLER_INPUTS = ("baseline_scores", "reference_scores")
 """Per-training-trace scores of the env's classic controllers (curriculum samplers: Genet's
 gap to a baseline, CL2's difficulty = reference - baseline)."""
-DATA_INPUTS = ("memberships", "features", "mean_throughput", *CONTROLLER_INPUTS)
-"""Constructor arguments a harness supplies from data, never from the config."""
 
 
-def sampler_controllers(spec, name: str, params: dict[str, Any]) -> dict[str, list[str]]:
+def sampler_controllers(spec, name: str, params: Mapping[str, Any]) -> dict[str, list[str]]:
     """The controllers whose per-trace scores sampler ``name`` takes: ``baseline_scores`` ->
     ``[params["baseline"] or the env's baseline_controller]``, ``reference_scores`` ->
     ``params["reference"]`` (a name or a list; the best of them per trace), else the env's
-    oracle, else all its controllers. ValueError when the env cannot provide them."""
-    wanted = [key for key in getattr(SAMPLERS[name], "inputs", ()) if key in CONTROLLER_INPUTS]
+    oracle, else all its controllers. ``params``: the sampler's options as a mapping
+    (``dataclasses.asdict`` of its config). ValueError when the env cannot provide them."""
+    wanted = [key for key in SAMPLERS[name].NEEDS.inputs if key in CONTROLLER_INPUTS]
     if not wanted:
         return {}
     if not spec.controllers:
@@ -79,19 +78,22 @@ def run_analysis(traces: TraceSet, settings, cache_dir: str | Path):
 
 def build_sampler(
     name: str,
-    params: dict[str, Any],
+    config: Any,
     traces: TraceSet,
     rng: np.random.Generator,
     analysis=None,
     controllers: dict[str, list[str]] | None = None,
     trace_scores: Callable[[str], np.ndarray] | None = None,
 ) -> TraceSampler:
-    """``SAMPLERS[name]`` for ``traces``; ``analysis`` (a TraceAnalysis) when it needs one;
-    ``controllers`` (:func:`sampler_controllers`) and ``trace_scores`` (a controller's score on
-    each of ``traces``) when it takes controller scores."""
+    """``SAMPLERS[name]`` built with ``config`` (its CONFIG instance, or its options as a
+    mapping) for ``traces``; ``analysis`` (a TraceAnalysis) when it needs one; ``controllers``
+    (:func:`sampler_controllers`) and ``trace_scores`` (a controller's score on each of
+    ``traces``) when it takes controller scores."""
     cls = SAMPLERS[name]
+    if isinstance(config, Mapping):
+        config = cls.configure(**config)
     inputs: dict[str, Any] = {}
-    for key in getattr(cls, "inputs", ()):
+    for key in cls.needs(config).inputs:
         if key in CONTROLLER_INPUTS:
             if trace_scores is None or not (controllers or {}).get(key):
                 raise ValueError(f"sampler {name!r} needs classic controllers' scores ({key})")
@@ -104,26 +106,10 @@ def build_sampler(
             inputs[key] = analysis.memberships
         elif key == "features":
             inputs[key] = analysis.standardized
-    sampler = cls(len(traces), rng, **inputs, **params)
+    sampler = cls(len(traces), rng, config=config, **inputs)
     if sampler.clusters is None and analysis is not None:
         sampler.clusters = analysis.labels
     return sampler
-
-
-def check_sampler_params(name: str, params: dict[str, Any]) -> None:
-    """Build ``SAMPLERS[name]`` with ``params`` on four stand-in traces (two clusters), so an
-    out-of-range value (``alpha=1.5``, ``epsilon=-0.1``) fails at validation, before any data
-    or analysis, with the sampler's own message (ValueError / TypeError). The stand-in
-    throughputs straddle any finite ``threshold``: whether a threshold splits the real traces
-    is a property of the data, checked when the sampler is built on them."""
-    stand_ins = {"memberships": np.repeat(np.eye(2), 2, axis=0),
-                 "features": np.arange(8.0).reshape(4, 2),
-                 "mean_throughput": np.array([-1e300, -1.0, 1.0, 1e300]),
-                 "baseline_scores": np.array([1.0, 2.0, 3.0, 4.0]),
-                 "reference_scores": np.array([2.0, 4.0, 6.0, 8.0])}
-    cls = SAMPLERS[name]
-    inputs = {key: stand_ins[key] for key in getattr(cls, "inputs", ())}
-    cls(4, np.random.default_rng(0), **inputs, **params)
 
 
 class DeferredUpdates(TraceSampler):

@@ -7,8 +7,7 @@ fails with a message naming the key, before any dataset is built or any step is 
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePath
 from typing import Any, Optional
 
@@ -18,7 +17,8 @@ from omegaconf.errors import OmegaConfBaseException
 from plume.agents import ALGORITHMS
 from plume.harness.datasets import check_dataset, default_test_sets
 from plume.harness.errors import ConfigError
-from plume.sampling import SAMPLERS
+from plume.sampling import SAMPLERS, import_sampler_package
+from plume.sampling.checks import FieldError
 
 
 @dataclass
@@ -66,6 +66,16 @@ class PathsSection:
     cache: str = "runs/.cache/analysis"
 
 
+@dataclass(frozen=True)
+class AlgoDefault:
+    """An ``algo`` left to the environment: its ``conf/algo`` preset and the ``algo`` node the
+    job trains with (that preset's keys, the config's own keys on top), as ``algo=<preset>``
+    with the same keys would compose it."""
+
+    preset: str
+    values: dict[str, Any]
+
+
 @dataclass
 class JobConfig:
     """The validated, typed view of one job's configuration."""
@@ -80,18 +90,23 @@ class JobConfig:
     algo_name: str
     algo: Any  # the algorithm's CONFIG dataclass
     sampler_name: str
-    sampler_params: dict[str, Any]
+    sampler: Any  # the sampler's CONFIG dataclass
     analysis: Any  # plume.analysis.AnalysisSettings
     logger: LoggerSection
     paths: PathsSection
+    # algo=auto: the environment's preset the job trains with (None: the config named one)
+    algo_default: Optional[AlgoDefault] = None
 
 
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
-def typed_section(section: str, schema: type, node: Any, drop: tuple[str, ...] = ()) -> Any:
-    """Merge ``node`` into ``schema``; unknown keys and wrong types raise ConfigError."""
+def typed_section(section: str, schema: type, node: Any, drop: tuple[str, ...] = (),
+                  label: str = "") -> Any:
+    """Merge ``node`` into ``schema``; unknown keys and wrong types raise ConfigError. A
+    schema check that names its field (FieldError) is reported as ``<section>.<field>: ``,
+    then ``label`` (what the section chose, e.g. ``sampler=plume_dynamic``) if given."""
     if node is None:
         raise ConfigError(f"config section '{section}' is missing")
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
@@ -109,8 +124,10 @@ def typed_section(section: str, schema: type, node: Any, drop: tuple[str, ...] =
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "?"
         raise ConfigError(f"{section}.{key}: {err.msg if hasattr(err, 'msg') else err}") from None
+    except FieldError as err:  # a schema's own __post_init__ check, naming its field
+        raise ConfigError(f"{section}.{err.field}: {label}{': ' if label else ''}{err}") from None
     except (TypeError, ValueError) as err:  # raised by a schema's own __post_init__ checks
-        raise ConfigError(f"{section}: {err}") from None
+        raise ConfigError(f"{section}: {label}{': ' if label else ''}{err}") from None
 
 
 def _choice(section: str, value: str, valid: tuple[str, ...] | list[str]) -> str:
@@ -146,38 +163,16 @@ def validate(cfg: DictConfig) -> JobConfig:
 
     env, spec, env_params = env_section(cfg.get("env"))
 
-    algo_node = cfg.get("algo")
-    algo_name = _choice("algo.name", str(algo_node.get("name")), tuple(ALGORITHMS))
-    algo = typed_section("algo", ALGORITHMS[algo_name].CONFIG, algo_node, drop=("name",))
+    algo_name, algo, algo_default = algo_section(cfg.get("algo"), spec, env_params)
 
-    sampler_node = OmegaConf.to_container(cfg.get("sampler"), resolve=True)
-    sampler_name = _choice("sampler.name", str(sampler_node.pop("name", None)), tuple(SAMPLERS))
-    from plume.harness.samplers import DATA_INPUTS
-
-    accepted = [
-        p for p in inspect.signature(SAMPLERS[sampler_name].__init__).parameters
-        if p not in ("self", "n_traces", "rng", *DATA_INPUTS)
-    ]
-    unknown = sorted(set(sampler_node) - set(accepted))
-    if unknown:
-        raise ConfigError(
-            f"sampler '{sampler_name}' has no parameter(s) {', '.join(unknown)}; "
-            f"it accepts: {', '.join(accepted) or 'none'}"
-        )
-
-    from plume.harness.samplers import check_sampler_params
-
-    try:
-        check_sampler_params(sampler_name, sampler_node)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"sampler={sampler_name}: {err}") from None
+    sampler_name, sampler = sampler_section(cfg.get("sampler"))
     from plume.harness.samplers import sampler_controllers
 
     try:
-        sampler_controllers(spec, sampler_name, sampler_node)
+        sampler_controllers(spec, sampler_name, asdict(sampler))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if (SAMPLERS[sampler_name].needs_learner_signal(**sampler_node)
+    if (SAMPLERS[sampler_name].needs(sampler).learner_signal
             and ALGORITHMS[algo_name].LEARNER_SIGNAL is None):
         givers = sorted(n for n, a in ALGORITHMS.items() if a.LEARNER_SIGNAL is not None)
         raise ConfigError(f"sampler={sampler_name} with these settings scores episodes with the "
@@ -207,10 +202,11 @@ def validate(cfg: DictConfig) -> JobConfig:
         algo_name=algo_name,
         algo=algo,
         sampler_name=sampler_name,
-        sampler_params=sampler_node,
+        sampler=sampler,
         analysis=analysis,
         logger=logger,
         paths=paths,
+        algo_default=algo_default,
     )
 
 
@@ -232,6 +228,121 @@ def resolve_env_defaults(cfg: DictConfig, env: EnvSection) -> None:
     with open_dict(cfg):
         cfg.env.dataset = env.dataset
         cfg.env.test_sets = list(env.test_sets)
+
+
+AUTO = "auto"
+"""``algo.name`` of ``conf/algo/auto.yaml``, plume-train's default: the environment's preset."""
+UNSET = "???"  # OmegaConf's missing value: a key of conf/algo/auto.yaml the config did not set
+
+
+def algo_section(node: Any, spec: Any,
+                 env_params: Any) -> tuple[str, Any, Optional[AlgoDefault]]:
+    """The algorithm's name, its typed config and, for an ``algo`` left to the environment
+    (``algo=auto``: ``name: auto`` and unset keys), the preset chosen by
+    ``EnvSpec.default_algo(params)`` (None when the config names its algorithm)."""
+    if node is None:
+        raise ConfigError("config section 'algo' is missing")
+    values = (OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig)
+              else dict(node))
+    default = None
+    if values.get("name") == AUTO or UNSET in values.values():
+        preset = spec.default_algo(env_params)
+        given = {k: v for k, v in values.items() if v != UNSET and (k, v) != ("name", AUTO)}
+        default = AlgoDefault(preset, {**load_algo_preset(preset, spec.name), **given})
+        values = default.values
+    try:
+        algo_name = _choice("algo.name", str(values.get("name")), tuple(ALGORITHMS))
+        algo = typed_section("algo", ALGORITHMS[algo_name].CONFIG, values, drop=("name",))
+    except ConfigError as err:
+        if default is None:
+            raise
+        raise ConfigError(f"{err} (no algo= given: env {spec.name} trains with "
+                          f"algo={default.preset})") from None
+    return algo_name, algo, default
+
+
+def load_algo_preset(preset: str, env_name: str = "", _chain: tuple[str, ...] = ()) -> dict:
+    """The ``algo`` node ``algo=<preset>`` composes: ``conf/algo/<preset>.yaml`` after the
+    presets of its defaults list (Hydra's order: ``_self_`` where listed, else last)."""
+    from plume.harness.configdir import CONF_DIR
+
+    path = CONF_DIR / "algo" / f"{preset}.yaml"
+    if preset in _chain:
+        raise ConfigError(f"{path}: its defaults list includes itself "
+                          f"({' -> '.join((*_chain, preset))})")
+    if not path.is_file() or preset == AUTO or "/" in preset:
+        valid = sorted(p.stem for p in path.parent.glob("*.yaml") if p.stem != AUTO)
+        named = (f"conf/algo/{_chain[-1]}.yaml names preset {preset!r} in its defaults list"
+                 if _chain else f"env {env_name!r} trains with algo preset {preset!r} by "
+                 "default (EnvSpec.algo_preset)")
+        raise ConfigError(f"{named}, which conf/algo does not have; name the learner with "
+                          f"algo=<preset>: {', '.join(valid)}")
+    own = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    defaults = own.pop("defaults", [])
+    if "_self_" not in defaults:
+        defaults = [*defaults, "_self_"]
+    values: dict[str, Any] = {}
+    for entry in defaults:
+        if not isinstance(entry, str):
+            raise ConfigError(f"{path}: defaults entry {entry!r}: an environment's default "
+                              "preset may list only other conf/algo presets and _self_")
+        name = entry.removeprefix("/algo/")
+        values.update(own if entry == "_self_"
+                      else load_algo_preset(name, env_name, (*_chain, preset)))
+    return values
+
+
+def resolve_algo_default(cfg: DictConfig, job: JobConfig) -> None:
+    """Write the preset an ``algo=auto`` job trains with into ``cfg.algo``, so the run
+    directory's ``config.yaml`` names the real algorithm with every value it trained with."""
+    from omegaconf import open_dict
+
+    if job.algo_default is not None:
+        with open_dict(cfg):
+            cfg.algo = job.algo_default.values
+
+
+def sampler_section(node: Any) -> tuple[str, Any]:
+    """The sampler's name and its ``CONFIG`` instance, checked by the config's own
+    ``__post_init__`` (errors name ``sampler.<key>``). ``sampler.package`` (a user's module or
+    ``.py`` file) is imported first: it registers the sampler ``sampler.name`` may name."""
+    if node is None:
+        raise ConfigError("config section 'sampler' is missing")
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    values = dict(values)
+    package = values.pop("package", None)
+    if package:
+        try:
+            import_sampler_package(str(package))
+        except ImportError as err:
+            raise ConfigError(str(err)) from None
+    name = str(values.get("name"))
+    if name not in SAMPLERS:
+        raise ConfigError(f"sampler.name={name!r} is not known; valid choices: "
+                          f"{', '.join(sorted(SAMPLERS))} (or set sampler.package to the "
+                          "module that registers it)")
+    cls = SAMPLERS[name]
+    accepted = [f.name for f in fields(cls.CONFIG) if f.init]
+    unknown = sorted(set(values) - {"name", *accepted})
+    if unknown:
+        raise ConfigError(
+            f"sampler '{name}' has no parameter(s) {', '.join(unknown)}; "
+            f"it accepts: {', '.join(accepted) or 'none'}"
+        )
+    return name, typed_section("sampler", cls.CONFIG, values, drop=("name",),
+                               label=f"sampler={name}")
+
+
+def resolve_sampler_defaults(cfg: DictConfig, job: JobConfig) -> None:
+    """Write the options a job's sampler takes by default into ``cfg.sampler`` (those the
+    config left out), so the run directory's ``config.yaml`` says what was trained with."""
+    from omegaconf import open_dict
+
+    options = asdict(job.sampler)
+    with open_dict(cfg):
+        for key in (f.name for f in fields(job.sampler) if f.init):  # the keys it accepts
+            if key not in cfg.sampler:
+                cfg.sampler[key] = options[key]
 
 
 def env_section(node: Any) -> tuple[EnvSection, Any, Any]:

@@ -11,7 +11,6 @@ spaced points, and logs to W&B (offline by default) when ``logger=wandb``.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import platform
 import socket
@@ -31,9 +30,10 @@ from plume import __version__
 from plume.agents.base import NonFiniteTraining
 from plume.harness import snapshot, sweep
 from plume.harness.anchors import SCORE_FILE, controller_trace_scores, score_description
-from plume.harness.consultation import PolicyConsultation
+from plume.harness.configdir import CONF_DIR
 from plume.harness.datasets import make_env
-from plume.harness.evaluation import Evaluator, eval_scores, sampler_weights
+from plume.harness.evaluation import Evaluator
+from plume.harness.loop import Schedule, TrainingLoop
 from plume.harness.monitor import TrainingMonitor
 from plume.harness.preflight import JobInputs, check_train
 from plume.harness.progress import Progress, format_clock  # noqa: F401 (format_clock: public here too)
@@ -50,14 +50,15 @@ from plume.harness.rundir import (
     discard_unused,
     effective_state,
 )
-from plume.harness.samplers import (
-    EpisodeSignals,
-    build_sampler,
-    run_analysis,
-    sampler_controllers,
+from plume.harness.sampler_session import SamplerSession
+from plume.harness.samplers import run_analysis
+from plume.harness.schema import (
+    ConfigError,
+    JobConfig,
+    resolve_algo_default,
+    resolve_env_defaults,
+    resolve_sampler_defaults,
 )
-from plume.harness.configdir import CONF_DIR
-from plume.harness.schema import ConfigError, JobConfig, resolve_env_defaults
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
 
@@ -122,6 +123,10 @@ def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
                 choices: dict[str, str]) -> dict[str, Any]:
     job = inputs.job
     resolve_env_defaults(cfg, job.env)
+    resolve_algo_default(cfg, job)
+    resolve_sampler_defaults(cfg, job)
+    if job.algo_default is not None and "algo" in choices:  # Hydra's choice was "auto"
+        choices = {**choices, "algo": job.algo_default.preset}
     fingerprint = _fingerprint(cfg)
     stale = rundir.remove_stale_temporaries()
     if stale:
@@ -176,239 +181,101 @@ def _train(
     inputs: JobInputs, rundir: RunDirectory, tracker, fingerprint: str,
     resume: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    training = _Training(inputs, rundir, tracker, fingerprint)
+    loop, torch_seed_ = build_loop(inputs, rundir, tracker, fingerprint)
     if resume is not None:
         try:
-            training.resume(resume)
+            loop = resumed_loop(loop, inputs.job, torch_seed_, resume)
         except snapshot.StateRefused as err:
             log.warning("not resuming: %s: %s; training from the start", rundir.path, err)
             rundir.reset_train_log()
             resumes = (rundir.status() or {}).get("resumes", [])[:-1]
             rundir.write_status(RUNNING, resumes=resumes, checkpoint_refused=str(err))
-            training = _Training(inputs, rundir, tracker, fingerprint)
-    return training.run()
+            loop, _ = build_loop(inputs, rundir, tracker, fingerprint)
+    return loop.run()
 
 
-class _Training:
-    """One job's objects and schedule: evaluate at the configured progress points, log every
-    update, checkpoint at every evaluation. The environment is reached only through its
-    EnvSpec, the learner only through ``learn`` / ``act`` / ``state_dict``."""
+def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker,
+               fingerprint: str) -> tuple[TrainingLoop, int]:
+    """The training loop of a job and its collaborators, built from its config: the
+    evaluator, the analysis (stage 1-2 runs for every sampler, cached per dataset and
+    settings: Plume's samplers use it, and every run's test traces are labelled with their
+    training cluster), the sampler session, the environment, the monitor and the agent.
+    Returns the loop and the agent's torch seed (a resume rebuilds the agent with it)."""
+    import torch
 
-    def __init__(self, inputs: JobInputs, rundir: RunDirectory, tracker,
-                 fingerprint: str) -> None:
-        import torch
+    job = inputs.job
+    spec, params = job.env_spec, job.env_params
+    streams = spawn_streams(job.seed)
+    torch.set_num_threads(job.train.torch_threads)
+    traces, test_sets = inputs.train_traces, inputs.test_sets
+    evaluator = Evaluator(spec, test_sets, params)
+    analysis = _analysis(job, traces)
+    if analysis is not None:
+        evaluator.clusters = {name: analysis.assign(t) for name, t in test_sets.items()}
+    session = SamplerSession.build(
+        job, traces, analysis, np.random.default_rng(streams["sampler"]),
+        lambda name: controller_trace_scores(spec, params, traces, name, Path(job.paths.cache)))
+    env = make_env(spec, traces, job.env.n_envs, session.env_sampler, mode="train",
+                   seed=streams["env"], params=params)
+    seed = torch_seed(streams["torch"])
+    monitor, agent = _learner(job, env, session, seed)
+    rundir.write_json(SCORE_FILE, score_description(spec, params, evaluator,
+                                                    Path(job.paths.cache)))
+    schedule = Schedule.evenly(job.train.total_steps, job.train.eval_points,
+                               job.train.eval_at_start, seed=job.seed, fingerprint=fingerprint)
+    progress = Progress(job.train.total_steps, 0, job.train.progress_every_s, spec.score.unit)
+    session.start_counting()
+    log.info(
+        "training %s on %s (%d traces) in env=%s with sampler=%s, %s env steps, seed %d -> %s",
+        job.algo_name, traces.name, len(traces), spec.name, job.sampler_name,
+        f"{job.train.total_steps:,}", job.seed, rundir.path,
+    )
+    return TrainingLoop(agent, monitor, evaluator, session, traces, rundir, tracker, schedule,
+                        progress), seed
 
-        job = inputs.job
-        self.job, self.rundir, self.tracker, self.fingerprint = job, rundir, tracker, fingerprint
-        spec, params = job.env_spec, job.env_params
-        streams = spawn_streams(job.seed)
-        torch.set_num_threads(job.train.torch_threads)
-        self.train_traces, test_sets = inputs.train_traces, inputs.test_sets
-        self.evaluator = Evaluator(spec, test_sets, params)
-        # Stage 1-2 runs for every sampler (cached per dataset and settings): Plume's samplers
-        # use it, and every run's test traces are labelled with their training cluster.
-        analysis = _analysis(job, self.train_traces)
-        if analysis is not None:
-            self.evaluator.clusters = {name: analysis.assign(t) for name, t in test_sets.items()}
-        self.sampler = build_sampler(
-            job.sampler_name, job.sampler_params, self.train_traces,
-            np.random.default_rng(streams["sampler"]), analysis,
-            sampler_controllers(spec, job.sampler_name, job.sampler_params),
-            lambda name: controller_trace_scores(spec, params, self.train_traces, name,
-                                                 Path(job.paths.cache)),
-        )
-        self.consultation = PolicyConsultation(self.sampler, spec, params, self.train_traces)
-        self.signals = (EpisodeSignals(self.sampler, job.env.n_envs)
-                        if type(self.sampler).needs_learner_signal(**job.sampler_params)
-                        else None)
-        self.env = make_env(
-            spec, self.train_traces, job.env.n_envs,
-            self.sampler if self.signals is None else self.signals.deferred,
-            mode="train", seed=streams["env"], params=params,
-        )
-        self.torch_seed = torch_seed(streams["torch"])
-        self._build_learner()
-        rundir.write_json(SCORE_FILE, score_description(spec, params, self.evaluator,
-                                                        Path(job.paths.cache)))
-        self.points = [k / job.train.eval_points for k in range(1, job.train.eval_points + 1)]
-        if job.train.eval_at_start:
-            self.points.insert(0, 0.0)
-        self.eval_frames: list[pd.DataFrame] = []
-        self.sampler_frames: list[pd.DataFrame] = []
-        self.draws_before = self.sampler.draws.copy()
-        self.started = time.time()
-        self.progress = Progress(job.train.total_steps, 0, job.train.progress_every_s,
-                                 spec.score.unit)
-        self.logged_recomputes = len(_recomputes(self.sampler))
-        self.recomputed_at: list[tuple[int, int]] = []  # (env step, recomputes so far)
-        log.info(
-            "training %s on %s (%d traces) in env=%s with sampler=%s, %s env steps, seed %d -> %s",
-            job.algo_name, self.train_traces.name, len(self.train_traces), spec.name,
-            job.sampler_name, f"{job.train.total_steps:,}", job.seed, rundir.path,
-        )
 
-    def _build_learner(self) -> None:
-        """The monitor around the training env and the algorithm stepping it."""
-        from plume.agents import ALGORITHMS
+def _learner(job: JobConfig, env, session: SamplerSession, seed: int):
+    """The monitor around the training env and the algorithm stepping it."""
+    from plume.agents import ALGORITHMS
 
-        job = self.job
-        self.monitor = TrainingMonitor(self.env, signals=self.signals, observer=self.after_step)
-        self.agent = ALGORITHMS[job.algo_name](self.monitor, job.algo, seed=self.torch_seed,
-                                               total_env_steps=job.train.total_steps)
-        self.agent.track_learner_signal = self.signals is not None
-        self.monitor.connect(self.agent.learner_signal)
+    monitor = TrainingMonitor(env, signals=session.signals)
+    agent = ALGORITHMS[job.algo_name](monitor, job.algo, seed=seed,
+                                      total_env_steps=job.train.total_steps)
+    agent.track_learner_signal = session.signals is not None
+    monitor.connect(agent.learner_signal)
+    return monitor, agent
 
-    def _live(self) -> dict[str, Any]:
-        """The objects an exact resume restores, as they are now."""
-        return {"env": self.env, "sampler": self.sampler, "signals": self.signals,
-                "episodes": self.agent.episode_state(), "last_return": self.monitor.last_return}
 
-    def in_flight(self) -> snapshot.Encoded:
-        """The running episodes, for an exact resume: the environment mid-episode (its
-        arrays and RNG), the sampler, the learner-signal bookkeeping and the agent's view."""
-        return snapshot.dumps(self._live(), self.train_traces)
-
-    def resume(self, checkpoint: dict[str, Any]) -> None:
-        """Continue exactly where the checkpoint was taken: the environment with its episodes
-        in flight, the sampler, the agent, and the evaluations and training curve up to it.
-        StateRefused when the checkpoint's state is not what this job builds."""
-        restored = snapshot.loads(checkpoint.get("in_flight"), self.train_traces, self._live())
-        self.env, self.sampler, self.signals = (restored["env"], restored["sampler"],
-                                                restored["signals"])
-        self.consultation = PolicyConsultation(self.sampler, self.job.env_spec,
-                                               self.job.env_params, self.train_traces,
-                                               checkpoint["env_steps"])
-        self.consultation.seconds = checkpoint.get("consult_seconds", 0.0)
-        self._build_learner()
-        try:
-            self.agent.load_state_dict(checkpoint["agent"])
-            self.agent.load_episode_state(restored["episodes"])
-        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
-            raise snapshot.StateRefused(f"its agent state does not fit this job's "
-                                        f"{self.job.algo_name} ({type(err).__name__}: "
-                                        f"{str(err)[:200]})") from None
-        self.monitor.last_return = restored["last_return"]
-        done = checkpoint["progress"]
-        self.points = [p for p in self.points if p > done]
-        self.eval_frames = _rows_up_to(self.rundir, EVAL_TABLE, done)
-        self.sampler_frames = _rows_up_to(self.rundir, SAMPLER_TABLE, done)
-        self.rundir.truncate_train_log(checkpoint["env_steps"])
-        self.draws_before = self.sampler.draws.copy()
-        self.logged_recomputes = len(_recomputes(self.sampler))
-        self.monitor.env_steps = int(checkpoint["env_steps"])
-        self.progress.restart_clock(int(checkpoint["env_steps"]))
-
-    def run(self) -> dict[str, Any]:
-        """Train to each evaluation point in turn, evaluate there, and summarise."""
-        total = self.job.train.total_steps
-        for progress in self.points:
-            target = math.ceil(progress * total)
-            if 0 < progress < 1 and target <= self.agent.env_steps:
-                log.info("no evaluation at progress %g: the learner's last update already "
-                         "passed env step %s (%s); evaluations stay on distinct env steps",
-                         progress, f"{target:,}", f"{int(self.agent.env_steps):,}")
-                continue
-            if progress > 0:
-                self.learn_to(target)
-            if self.agent.env_steps >= total:  # the budget is spent: this is the final one
-                self.evaluate(1.0, int(self.agent.env_steps))
-                break
-            self.evaluate(progress, int(self.agent.env_steps))
-        env_steps = int(self.agent.env_steps)
-        self.progress.close()
-        summary = {
-            "env_steps": env_steps,
-            "train_seconds": round(time.time() - self.started, 2),
-            "steps_per_s": round(self.progress.rate(env_steps), 1),
-            **({"sampler_rounds": self.consultation.rounds,
-                "sampler_round_seconds": round(self.consultation.seconds, 2)}
-               if self.consultation.every else {}),
-            **{k: round(v, 6) for k, v in eval_scores(self.eval_frames[-1]).items()},
-        }
-        self.tracker.summarise(summary)
-        return summary
-
-    def learn_to(self, target: int) -> None:
-        """Train to env step ``target``, stopping for every round of a sampler that judges
-        the policy (``plume.harness.consultation``)."""
-        while True:
-            self.log_records(self.agent.learn(self.consultation.next_stop(target)))
-            env_steps = int(self.agent.env_steps)
-            # no round once the budget is spent: the policy is final, no episode follows
-            if self.consultation.due(env_steps) and env_steps < self.job.train.total_steps:
-                record = self.consultation.consult(
-                    lambda obs: self.agent.act(obs, deterministic=True), env_steps)
-                self.tracker.log(record, step=env_steps)
-            if env_steps >= target:  # learn rounds up to its update: it may pass a stop
-                return
-
-    def evaluate(self, progress: float, env_steps: int) -> None:
-        started = time.time()
-        frame = self.evaluator.evaluate(lambda obs: self.agent.act(obs, deterministic=True),
-                                        progress=progress, env_steps=env_steps)
-        self.eval_frames.append(frame)
-        self.rundir.write_table(EVAL_TABLE, pd.concat(self.eval_frames, ignore_index=True))
-        weights = sampler_weights(self.sampler, self.train_traces.labels, self.draws_before,
-                                  progress=progress, env_steps=env_steps)
-        self.draws_before = self.sampler.draws.copy()
-        if not weights.empty:
-            self._add_sampler_rows(weights)
-        scores = eval_scores(frame)
-        scores.update({f"sampler/{r.grouping}/{r.group}": r.weight for r in weights.itertuples()})
-        scores["eval/seconds"] = time.time() - started
-        self.tracker.log({"progress": progress, **scores}, step=env_steps)
-        self.rundir.save_checkpoint({
-            "agent": self.agent.state_dict(),
-            "sampler": self.sampler.state_dict(),  # readable without the snapshot
-            "in_flight": self.in_flight(),
-            "env_steps": env_steps,
-            "progress": progress,
-            "seed": self.job.seed,
-            "fingerprint": self.fingerprint,
-            "consult_seconds": self.consultation.seconds,
-        })
-        self.progress.evaluated(env_steps, {k.split("/")[1]: v for k, v in scores.items()
-                                            if k.count("/") == 2 and k.endswith("/score")})
-        self.rundir.heartbeat()
-
-    def after_step(self, env_steps: int) -> None:
-        """After every training step: note sampler recomputes, print progress when due."""
-        recomputes = len(_recomputes(self.sampler))
-        if recomputes > (self.recomputed_at[-1][1] if self.recomputed_at
-                         else self.logged_recomputes):
-            self.recomputed_at.append((env_steps, recomputes))
-        if self.progress.training(env_steps, self.monitor.last_return):
-            self.rundir.heartbeat()
-
-    def log_records(self, records: list[dict[str, Any]]) -> None:
-        """The updates of one ``learn`` call: train.jsonl and the tracker, each update with the
-        sampler weights recomputed during it (the learner signal still on its way first)."""
-        self.monitor.deliver_signals()
-        total = self.job.train.total_steps
-        for metrics in records:
-            env_steps = int(metrics["env_steps"])
-            # The mean of trace indices over finished episodes means nothing: drop it.
-            record = {k: _jsonable(v) for k, v in metrics.items()
-                      if k not in ("charts/episode_trace", "wall_time")}
-            record["time_s"] = round(metrics["wall_time"] - self.started, 3)
-            self.rundir.append_train(record)
-            weights = {}
-            while self.recomputed_at and self.recomputed_at[0][0] <= env_steps:
-                _, upto = self.recomputed_at.pop(0)
-                rows = _new_recomputes(self.sampler, self.logged_recomputes, upto, env_steps,
-                                       env_steps / total)
-                self.logged_recomputes = upto
-                if rows.empty:
-                    continue
-                self._add_sampler_rows(rows)
-                weights.update({f"sampler/cluster_weight/{r.group}": r.weight
-                                for r in rows.itertuples()})
-            self.tracker.log({**record, **weights}, step=env_steps)
-
-    def _add_sampler_rows(self, rows: pd.DataFrame) -> None:
-        self.sampler_frames.append(rows)
-        self.rundir.write_table(SAMPLER_TABLE, pd.concat(self.sampler_frames, ignore_index=True))
-
+def resumed_loop(loop: TrainingLoop, job: JobConfig, seed: int,
+                 checkpoint: dict[str, Any]) -> TrainingLoop:
+    """``loop`` continued exactly where ``checkpoint`` was taken: the environment with its
+    episodes in flight, the sampler, the agent, and the evaluations and training curve up to
+    it. StateRefused when the checkpoint's state is not what this job builds."""
+    restored = snapshot.loads(checkpoint.get("in_flight"), loop.traces, loop.live())
+    rundir, session, done = loop.rundir, loop.session, checkpoint["progress"]
+    env_steps = int(checkpoint["env_steps"])
+    session.restore(restored["sampler"], restored["signals"], checkpoint,
+                    _rows_up_to(rundir, SAMPLER_TABLE, done))
+    monitor, agent = _learner(job, restored["env"], session, seed)
+    try:
+        agent.load_state_dict(checkpoint["agent"])
+        agent.load_episode_state(restored["episodes"])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as err:
+        raise snapshot.StateRefused(f"its agent state does not fit this job's "
+                                    f"{job.algo_name} ({type(err).__name__}: "
+                                    f"{str(err)[:200]})") from None
+    monitor.last_return = restored["last_return"]
+    rundir.truncate_train_log(env_steps)
+    session.start_counting()
+    monitor.env_steps = env_steps
+    loop.progress.restart_clock(env_steps)
+    schedule = Schedule(loop.schedule.total_steps,
+                        [p for p in loop.schedule.points if p > done],
+                        loop.schedule.checkpoint_fields)
+    evaluations = _rows_up_to(rundir, EVAL_TABLE, done)
+    return TrainingLoop(agent, monitor, loop.evaluator, session, loop.traces, rundir,
+                        loop.tracker, schedule, loop.progress,
+                        [] if evaluations is None else [evaluations])
 
 
 def _analysis(job: JobConfig, traces):
@@ -417,7 +284,7 @@ def _analysis(job: JobConfig, traces):
     and is skipped, with a log line, for those that do not."""
     from plume.sampling import SAMPLERS
 
-    inputs = set(getattr(SAMPLERS[job.sampler_name], "inputs", ()))
+    inputs = set(SAMPLERS[job.sampler_name].needs(job.sampler).inputs)
     needs = bool({"memberships", "features"} & inputs)
     if len(traces) < job.analysis.max_k:
         message = (f"{traces.name} has {len(traces)} training traces, fewer than the "
@@ -429,34 +296,6 @@ def _analysis(job: JobConfig, traces):
         log.info("stage 1-2 skipped: %s (test traces get no cluster label)", message)
         return None
     return run_analysis(traces, job.analysis, job.paths.cache)
-
-
-def _recomputes(sampler) -> list:
-    """Plume-Dynamic's ``history`` of ``(draws, cluster weights)``; [] for other samplers."""
-    return getattr(sampler, "history", None) or []
-
-
-def _new_recomputes(sampler, logged: int, upto: int, env_steps: int,
-                    progress: float) -> pd.DataFrame:
-    """Rows for the cluster weights the sampler recomputed after the first ``logged`` ones, up
-    to the first ``upto``, attributed to the update that ended at ``env_steps``."""
-    history = _recomputes(sampler)[:upto]
-    sizes = np.bincount(sampler.clusters) if sampler.clusters is not None else None
-    rows = [
-        {
-            "grouping": "cluster_weight",
-            "group": str(k),
-            "weight": float(w),
-            "draw_share": np.nan,
-            "n_traces": int(sizes[k]) if sizes is not None else -1,
-            "progress": progress,
-            "env_steps": env_steps,
-            "sampler_draws": int(draws),
-        }
-        for draws, weights in history[logged:]
-        for k, w in enumerate(weights)
-    ]
-    return pd.DataFrame(rows)
 
 
 def _fingerprint(cfg: DictConfig) -> str:
@@ -493,19 +332,12 @@ def _resumable(rundir: RunDirectory, fingerprint: str) -> dict[str, Any] | None:
     return checkpoint
 
 
-def _rows_up_to(rundir: RunDirectory, table: str, progress: float) -> list[pd.DataFrame]:
+def _rows_up_to(rundir: RunDirectory, table: str, progress: float) -> pd.DataFrame | None:
+    """The rows of ``table`` logged up to ``progress`` (None when the run has no such table)."""
     if not (rundir.path / table).is_file():
-        return []
+        return None
     frame = rundir.read_table(table)
-    return [frame[frame["progress"] <= progress]]
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (np.floating, float)):
-        return float(value)
-    if isinstance(value, (np.integer, int)):
-        return int(value)
-    return value
+    return frame[frame["progress"] <= progress]
 
 
 def _make_tracker(job: JobConfig, cfg: DictConfig, run_dir: Path, choices: dict[str, str]):

@@ -1,45 +1,56 @@
-"""Trace samplers: the TraceSampler contract and its implementations."""
+"""Trace samplers: the TraceSampler contract, its implementations and their registry.
 
-from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
+One family per module: ``base`` (the contract, uniform, sequential), ``mixture`` (the
+ε-mixture draw most samplers share), ``plume_static``, ``plume_dynamic`` (with Trace-Error),
+``clusters`` (cluster-uniform, two-class), ``peers`` (PLR, worst-case), ``genet``,
+``curriculum`` (CL2), ``progress`` (TSCL); ``checks`` holds the argument checks they share
+and ``registry`` the name -> class table (``register_sampler`` adds a user's own).
+"""
+
+from plume.sampling.base import (
+    SAMPLER_INPUTS,
+    NoConfig,
+    SamplerNeeds,
+    SequentialSampler,
+    TraceSampler,
+    UniformSampler,
+)
+from plume.sampling.clusters import ClusterUniformSampler, TwoClassSampler
 from plume.sampling.curriculum import DifficultyCurriculumSampler
 from plume.sampling.genet import GenetSampler
+from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.peers import PrioritizedLevelReplaySampler, WorstCaseSampler
-from plume.sampling.plume import (
-    ClusterUniformSampler,
-    EpsilonMixtureSampler,
-    PlumeDynamicSampler,
-    PlumeStaticSampler,
-    TraceErrorSampler,
-    TwoClassSampler,
-)
+from plume.sampling.plume_dynamic import PlumeDynamicSampler, TraceErrorSampler
+from plume.sampling.plume_static import PlumeStaticSampler
 from plume.sampling.progress import LearningProgressSampler
+from plume.sampling.registry import (
+    SAMPLERS,
+    import_sampler_package,
+    register_sampler,
+    sampler_defaults,
+)
 from plume.sampling.weights import cluster_weights_hard, cluster_weights_soft
 
-SAMPLERS: dict[str, type[TraceSampler]] = {
-    UniformSampler.name: UniformSampler,
-    PlumeStaticSampler.name: PlumeStaticSampler,
-    PlumeDynamicSampler.name: PlumeDynamicSampler,
-    TraceErrorSampler.name: TraceErrorSampler,
-    ClusterUniformSampler.name: ClusterUniformSampler,
-    TwoClassSampler.name: TwoClassSampler,
-    PrioritizedLevelReplaySampler.name: PrioritizedLevelReplaySampler,
-    WorstCaseSampler.name: WorstCaseSampler,
-    GenetSampler.name: GenetSampler,
-    DifficultyCurriculumSampler.name: DifficultyCurriculumSampler,
-    LearningProgressSampler.name: LearningProgressSampler,
-}
-"""Samplers selectable by name from a config (``sampler.name``)."""
+for _cls in (UniformSampler, PlumeStaticSampler, PlumeDynamicSampler, TraceErrorSampler,
+             ClusterUniformSampler, TwoClassSampler, PrioritizedLevelReplaySampler,
+             WorstCaseSampler, GenetSampler, DifficultyCurriculumSampler,
+             LearningProgressSampler):
+    register_sampler(_cls)
+del _cls
 
 __all__ = [
     "SAMPLERS",
+    "SAMPLER_INPUTS",
     "ClusterUniformSampler",
     "DifficultyCurriculumSampler",
     "EpsilonMixtureSampler",
     "GenetSampler",
     "LearningProgressSampler",
+    "NoConfig",
     "PlumeDynamicSampler",
     "PlumeStaticSampler",
     "PrioritizedLevelReplaySampler",
+    "SamplerNeeds",
     "SequentialSampler",
     "TraceErrorSampler",
     "TraceSampler",
@@ -48,4 +59,7 @@ __all__ = [
     "WorstCaseSampler",
     "cluster_weights_hard",
     "cluster_weights_soft",
+    "import_sampler_package",
+    "register_sampler",
+    "sampler_defaults",
 ]

@@ -10,14 +10,18 @@ over the training budget in environment steps.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
-from plume.sampling.plume import EpsilonMixtureSampler, _integer
+from plume.sampling.base import SamplerNeeds
+from plume.sampling.checks import fraction, integer, valid_trace
+from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import finite_scores
 
-__all__ = ["NEW_BIN_MASS", "N_BINS", "DifficultyCurriculumSampler", "difficulty_bins"]
+__all__ = ["NEW_BIN_MASS", "N_BINS", "DifficultyCurriculumConfig", "DifficultyCurriculumSampler",
+           "difficulty_bins"]
 
 N_BINS = 5
 """Difficulty bins, and curriculum levels (level L opens bins 0..L)."""
@@ -40,6 +44,28 @@ def difficulty_bins(difficulty: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
     return (n_bins * ranks) // d.size
 
 
+@dataclass
+class DifficultyCurriculumConfig:
+    """CL2's options."""
+
+    budget_steps: int
+    """The run's env-step budget (the config gives ``${train.total_steps}``): levels are
+    evenly spaced over it."""
+    epsilon: float = 0.0
+    """Optional uniform floor; the published scheme has none."""
+    baseline: Optional[str] = None
+    """Controller scored as the baseline (provenance); None: the env's default rule-based one."""
+    reference: Optional[str] = None
+    """Controller scored as the reference (provenance); None: the env's oracle if it has one,
+    else the best of the env's controllers on each trace."""
+
+    def __post_init__(self) -> None:
+        self.budget_steps = integer("budget_steps", self.budget_steps, 1)
+        self.epsilon = fraction("epsilon", self.epsilon)
+        self.baseline = _controller("baseline", self.baseline)
+        self.reference = _controller("reference", self.reference)
+
+
 class DifficultyCurriculumSampler(EpsilonMixtureSampler):
     """Genet's CL2: bins of increasing difficulty, opened one per fifth of the budget.
 
@@ -58,24 +84,16 @@ class DifficultyCurriculumSampler(EpsilonMixtureSampler):
     """
 
     name = "cl2"
-    inputs = ("baseline_scores", "reference_scores")
+    CONFIG = DifficultyCurriculumConfig
+    NEEDS = SamplerNeeds(inputs=("baseline_scores", "reference_scores"))
 
-    def __init__(
-        self,
-        n_traces: int,
-        rng: np.random.Generator,
-        baseline_scores: np.ndarray,
-        reference_scores: np.ndarray,
-        *,
-        budget_steps: int,
-        epsilon: float = 0.0,
-        baseline: str | None = None,
-        reference: str | None = None,
-    ) -> None:
-        super().__init__(n_traces, rng, epsilon=epsilon)
-        self.budget_steps = _integer("budget_steps", budget_steps, 1)
-        self.baseline = _controller("baseline", baseline)
-        self.reference = _controller("reference", reference)
+    def __init__(self, n_traces: int, rng: np.random.Generator, baseline_scores: np.ndarray,
+                 reference_scores: np.ndarray, config: DifficultyCurriculumConfig | None = None,
+                 **options: Any) -> None:
+        super().__init__(n_traces, rng, config, **options)
+        cfg = self.config
+        self.budget_steps, self.baseline, self.reference = (cfg.budget_steps, cfg.baseline,
+                                                            cfg.reference)
         base = finite_scores("baseline_scores", baseline_scores, self.n_traces)
         ref = finite_scores("reference_scores", reference_scores, self.n_traces)
         self.difficulty = ref - base
@@ -90,7 +108,7 @@ class DifficultyCurriculumSampler(EpsilonMixtureSampler):
     def level_probabilities(level: int) -> np.ndarray:
         """Genet's bin distribution at ``level`` (shape (5,), zeros for unopened bins):
         level 0 is bin 0 alone; level L gives bin L 0.3 and the others 0.7 × level L−1's."""
-        level = _integer("level", level, 0)
+        level = integer("level", level, 0)
         if level >= N_BINS:
             raise ValueError(f"level must be < {N_BINS}, got {level}")
         probs = np.zeros(N_BINS)
@@ -117,13 +135,11 @@ class DifficultyCurriculumSampler(EpsilonMixtureSampler):
         return min(N_BINS - 1, (N_BINS * int(steps)) // self.budget_steps)
 
     def _refresh(self) -> None:
-        self._set_prioritised(self.trace_probabilities())
+        self.set_prioritised(self.trace_probabilities())
 
     def update(self, trace_index: int, rewards: np.ndarray, **learner_stats: Any) -> None:
         """Count the episode's steps; move to the next level when a fifth of the budget is up."""
-        trace = int(trace_index)
-        if not 0 <= trace < self.n_traces:
-            raise IndexError(f"trace index {trace_index} out of range [0, {self.n_traces})")
+        trace = valid_trace(trace_index, self.n_traces)
         super().update(trace, rewards)
         self.steps_seen += int(np.asarray(rewards).size)
         level = self.level_at(self.steps_seen)

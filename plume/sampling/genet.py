@@ -10,18 +10,53 @@ mixture component. Re-implemented from the paper's description; no code is copie
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
-from plume.sampling.plume import EpsilonMixtureSampler, _integer
+from plume.sampling.base import SamplerNeeds
+from plume.sampling.checks import FieldError, fraction, integer
+from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import finite_scores, hard_labels
 
-__all__ = ["GenetSampler"]
+__all__ = ["GenetConfig", "GenetSampler"]
 
 UNIFORM = -1
 """Cluster id of component 0: uniform over all traces (Genet's original distribution)."""
+
+
+@dataclass
+class GenetConfig:
+    """Genet's options (``conf/sampler/genet.yaml`` repeats them: a test reads that file)."""
+
+    budget_steps: int
+    """The run's env-step budget (the config gives ``${train.total_steps}``); the rounds are
+    spaced ``budget_steps // (rounds + 1)`` steps apart."""
+    baseline: Optional[str] = None
+    """The rule-based controller scored per trace (provenance); None: the env's default."""
+    rounds: int = 9
+    """Curriculum rounds inside the training budget."""
+    traces_per_cluster: int = 4
+    """Traces per cluster the policy is evaluated on each round."""
+    new_weight: float = 0.3
+    """Weight of a newly added component, in (0, 1) (the others are scaled by 1 - it)."""
+    epsilon: float = 0.1
+    """Uniform floor: every trace keeps probability >= epsilon / n_traces."""
+
+    def __post_init__(self) -> None:
+        if self.baseline is not None and not isinstance(self.baseline, str):
+            raise FieldError("baseline", f"must be a controller name or None, got "
+                                         f"{self.baseline!r}")
+        self.budget_steps = integer("budget_steps", self.budget_steps, 1)
+        self.rounds = integer("rounds", self.rounds, 1)
+        self.traces_per_cluster = integer("traces_per_cluster", self.traces_per_cluster, 1)
+        self.new_weight = float(self.new_weight)
+        if not (math.isfinite(self.new_weight) and 0.0 < self.new_weight < 1.0):
+            raise FieldError("new_weight", f"must be in (0, 1), got {self.new_weight}")
+        self.epsilon = fraction("epsilon", self.epsilon)
 
 
 class GenetSampler(EpsilonMixtureSampler):
@@ -35,9 +70,10 @@ class GenetSampler(EpsilonMixtureSampler):
 
     Protocol (the harness evaluates the policy; the sampler never sees traces or the policy):
 
-    * ``evaluation_every``: env steps between rounds, ``budget_steps // (rounds + 1)`` (>= 1),
-      so that ``rounds`` rounds fall inside the budget (at ``r · evaluation_every``,
-      r = 1..rounds). The sampler itself does not stop after ``rounds`` rounds.
+    * ``evaluation_every`` (``needs(config).policy_every``): env steps between rounds,
+      ``budget_steps // (rounds + 1)`` (>= 1), so that ``rounds`` rounds fall inside the
+      budget (at ``r · evaluation_every``, r = 1..rounds). The sampler itself does not stop
+      after ``rounds`` rounds.
     * :meth:`evaluation_traces`: the training traces to evaluate now (up to
       ``traces_per_cluster`` per cluster, drawn with ``self.rng``, so calling it changes later
       draws). The harness scores the current policy on each (greedy, test mode, one episode per
@@ -54,34 +90,17 @@ class GenetSampler(EpsilonMixtureSampler):
     """
 
     name = "genet"
-    inputs = ("memberships", "baseline_scores")
+    CONFIG = GenetConfig
+    NEEDS = SamplerNeeds(inputs=("memberships", "baseline_scores"),
+                         policy_every=1)  # the cadence comes from the config: see needs()
 
-    def __init__(
-        self,
-        n_traces: int,
-        rng: np.random.Generator,
-        memberships: np.ndarray,
-        baseline_scores: np.ndarray,
-        *,
-        budget_steps: int,
-        baseline: str | None = None,
-        rounds: int = 9,
-        traces_per_cluster: int = 4,
-        new_weight: float = 0.3,
-        epsilon: float = 0.1,
-    ) -> None:
-        super().__init__(n_traces, rng, epsilon=epsilon)
-        if baseline is not None and not isinstance(baseline, str):
-            raise ValueError(f"baseline must be a controller name or None, got {baseline!r}")
-        new_weight = float(new_weight)
-        if not (math.isfinite(new_weight) and 0.0 < new_weight < 1.0):
-            raise ValueError(f"new_weight must be in (0, 1), got {new_weight}")
-        self.baseline = baseline
-        self.budget_steps = _integer("budget_steps", budget_steps, 1)
-        self.rounds = _integer("rounds", rounds, 1)
-        self.traces_per_cluster = _integer("traces_per_cluster", traces_per_cluster, 1)
-        self.new_weight = new_weight
-        self.evaluation_every = max(1, self.budget_steps // (self.rounds + 1))
+    def __init__(self, n_traces: int, rng: np.random.Generator, memberships: np.ndarray,
+                 baseline_scores: np.ndarray, config: GenetConfig | None = None,
+                 **options: Any) -> None:
+        super().__init__(n_traces, rng, config, **options)
+        cfg = self.config
+        self.baseline, self.budget_steps, self.rounds = cfg.baseline, cfg.budget_steps, cfg.rounds
+        self.traces_per_cluster, self.new_weight = cfg.traces_per_cluster, cfg.new_weight
 
         self.clusters, self.n_clusters = hard_labels(memberships, self.n_traces)
         self.baseline_scores = finite_scores("baseline_scores", baseline_scores, self.n_traces)
@@ -91,6 +110,12 @@ class GenetSampler(EpsilonMixtureSampler):
         self.rounds_done = 0
         self.gap_history: list[np.ndarray] = []
         self.chosen_history: list[int | None] = []
+
+    @classmethod
+    def needs(cls, config: GenetConfig) -> SamplerNeeds:
+        """A round every ``budget_steps // (rounds + 1)`` env steps (at least 1)."""
+        every = max(1, config.budget_steps // (config.rounds + 1))
+        return dataclasses.replace(cls.NEEDS, policy_every=every)
 
     # -- distribution ---------------------------------------------------------------------------
     def _mixture(self) -> np.ndarray:
@@ -112,7 +137,7 @@ class GenetSampler(EpsilonMixtureSampler):
         keep = 1.0 - self.new_weight
         self.components = [(c, w * keep) for c, w in self.components]
         self.components.append((int(cluster), self.new_weight))
-        self._set_prioritised(self._mixture())
+        self.set_prioritised(self._mixture())
 
     # -- evaluation protocol --------------------------------------------------------------------
     def evaluation_traces(self) -> np.ndarray:

@@ -13,17 +13,21 @@ to fill ``clusters`` so that the harness can log their weights per cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
-from plume.sampling.base import TraceSampler
-from plume.sampling.plume import _NEVER, EpsilonMixtureSampler, _fraction, _positive
+from plume.sampling.base import SamplerNeeds, TraceSampler
+from plume.sampling.checks import FieldError, choice, fraction, positive, valid_trace
+from plume.sampling.mixture import NEVER, EpsilonMixtureSampler
 from plume.sampling.weights import as_memberships
 
-__all__ = ["PrioritizedLevelReplaySampler", "WorstCaseSampler", "plr_replay_distribution"]
+__all__ = ["PLRConfig", "PrioritizedLevelReplaySampler", "WorstCaseConfig", "WorstCaseSampler",
+           "plr_replay_distribution"]
 
 SCORE_TRANSFORMS = ("rank", "power", "softmax")
 PLR_SCORES = ("value_l1", "positive_value_loss", "return_delta")
@@ -86,14 +90,49 @@ def plr_replay_distribution(
 
 def _record_episode(sampler: TraceSampler, trace_index: int, rewards: np.ndarray) -> tuple[int, float]:
     """Check an episode report, count it, and return (trace, undiscounted return)."""
-    trace = int(trace_index)
-    if not 0 <= trace < sampler.n_traces:
-        raise IndexError(f"trace index {trace_index} out of range [0, {sampler.n_traces})")
+    trace = valid_trace(trace_index, sampler.n_traces)
     TraceSampler.update(sampler, trace, rewards)
     ret = float(np.sum(np.asarray(rewards, dtype=np.float64)))
     if not math.isfinite(ret):
         raise ValueError(f"episode on trace {trace} has non-finite rewards")
     return trace, ret
+
+
+@dataclass
+class PLRConfig:
+    """PLR's options (defaults: the paper's Procgen setting and its command-line defaults)."""
+
+    score: str = "value_l1"
+    """``value_l1`` (the paper's best), ``positive_value_loss`` (PLR⊥), or ``return_delta``
+    (the learner-free proxy); the first two need the algorithm's learner signal."""
+    score_transform: str = "rank"
+    """``rank``, ``power`` or ``softmax`` (see :func:`plr_replay_distribution`)."""
+    temperature: float = 0.1
+    """β of the score transform."""
+    staleness_coef: float = 0.1
+    """ρ: the staleness share of the replay distribution."""
+    staleness_temperature: float = 1.0
+    """β_C of the staleness transform."""
+    rho: float = 1.0
+    """Fraction of traces seen before any replay (1.0: a first pass over every trace)."""
+    replay_schedule: str = "proportionate"
+    """``proportionate`` (replay with probability = fraction seen) or ``fixed`` (1 − nu)."""
+    nu: float = 0.5
+    """Probability of drawing an unseen trace under the ``fixed`` schedule."""
+    score_ema: float = 1.0
+    """PLR's α: the rate at which new scores replace old ones (1: replace)."""
+    proxy_ema: float = 0.1
+    """Rate of the per-trace moving mean return the proxy score compares with."""
+
+    def __post_init__(self) -> None:
+        self.score = choice("score", self.score, PLR_SCORES)
+        self.score_transform = choice("score_transform", self.score_transform, SCORE_TRANSFORMS)
+        self.replay_schedule = choice("replay_schedule", self.replay_schedule, REPLAY_SCHEDULES)
+        self.temperature = positive("temperature", self.temperature)
+        self.staleness_coef = fraction("staleness_coef", self.staleness_coef)
+        self.staleness_temperature = positive("staleness_temperature", self.staleness_temperature)
+        for name in ("rho", "nu", "score_ema", "proxy_ema"):
+            setattr(self, name, fraction(name, getattr(self, name)))
 
 
 class PrioritizedLevelReplaySampler(TraceSampler):
@@ -135,42 +174,18 @@ class PrioritizedLevelReplaySampler(TraceSampler):
     """
 
     name = "plr"
-    inputs: tuple[str, ...] = ()  # ``memberships`` is optional (logging only)
+    CONFIG = PLRConfig
+    NEEDS = SamplerNeeds(learner_signal=True)  # ``memberships`` is optional (logging only)
 
-    def __init__(
-        self,
-        n_traces: int,
-        rng: np.random.Generator,
-        *,
-        score: str = "value_l1",
-        score_transform: str = "rank",
-        temperature: float = 0.1,
-        staleness_coef: float = 0.1,
-        staleness_temperature: float = 1.0,
-        rho: float = 1.0,
-        replay_schedule: str = "proportionate",
-        nu: float = 0.5,
-        score_ema: float = 1.0,
-        proxy_ema: float = 0.1,
-        memberships: np.ndarray | None = None,
-    ) -> None:
-        super().__init__(n_traces, rng)
-        if score not in PLR_SCORES:
-            raise ValueError(f"score must be one of {PLR_SCORES}, got {score!r}")
-        if score_transform not in SCORE_TRANSFORMS:
-            raise ValueError(f"score_transform must be one of {SCORE_TRANSFORMS}, got {score_transform!r}")
-        if replay_schedule not in REPLAY_SCHEDULES:
-            raise ValueError(f"replay_schedule must be one of {REPLAY_SCHEDULES}, got {replay_schedule!r}")
-        self.score = score
-        self.score_transform = score_transform
-        self.temperature = _positive("temperature", temperature)
-        self.staleness_coef = _fraction("staleness_coef", staleness_coef)
-        self.staleness_temperature = _positive("staleness_temperature", staleness_temperature)
-        self.rho = _fraction("rho", rho)
-        self.replay_schedule = replay_schedule
-        self.nu = _fraction("nu", nu)
-        self.score_ema = _fraction("score_ema", score_ema)
-        self.proxy_ema = _fraction("proxy_ema", proxy_ema)
+    def __init__(self, n_traces: int, rng: np.random.Generator, config: PLRConfig | None = None,
+                 *, memberships: np.ndarray | None = None, **options: Any) -> None:
+        super().__init__(n_traces, rng, config, **options)
+        cfg = self.config
+        self.score, self.score_transform = cfg.score, cfg.score_transform
+        self.temperature, self.staleness_coef = cfg.temperature, cfg.staleness_coef
+        self.staleness_temperature, self.rho = cfg.staleness_temperature, cfg.rho
+        self.replay_schedule, self.nu = cfg.replay_schedule, cfg.nu
+        self.score_ema, self.proxy_ema = cfg.score_ema, cfg.proxy_ema
         if memberships is not None:
             self.clusters = np.argmax(as_memberships(memberships, self.n_traces), axis=1)
 
@@ -269,9 +284,9 @@ class PrioritizedLevelReplaySampler(TraceSampler):
 
     # -- scores ---------------------------------------------------------------------------------
     @classmethod
-    def needs_learner_signal(cls, **params: Any) -> bool:
+    def needs(cls, config: PLRConfig) -> SamplerNeeds:
         """``value_l1`` and ``positive_value_loss`` come from the learner; ``return_delta`` not."""
-        return params.get("score", "value_l1") != "return_delta"
+        return dataclasses.replace(cls.NEEDS, learner_signal=config.score != "return_delta")
 
     def _learner_score(self, stats: dict[str, Any]) -> float | None:
         if self.score == "return_delta":
@@ -357,6 +372,32 @@ class PrioritizedLevelReplaySampler(TraceSampler):
         self._score_cdf = None
 
 
+@dataclass
+class WorstCaseConfig:
+    """Options of the worst-case sampler."""
+
+    floor: float = 0.1
+    """Share of uniform draws: every trace keeps probability >= floor / n_traces."""
+    temperature: float = 1.0
+    """Softmax temperature over standardised returns (smaller: greedier)."""
+    ema: float = 0.5
+    """Rate of each trace's moving mean return, in (0, 1]."""
+    quantile: Optional[float] = None
+    """q in (0, 1]: uniform over the traces at or below the q-quantile of recent returns
+    instead of the softmax; None: softmax."""
+
+    def __post_init__(self) -> None:
+        self.floor = fraction("floor", self.floor)
+        self.temperature = positive("temperature", self.temperature)
+        self.ema = fraction("ema", self.ema)
+        if self.ema == 0:
+            raise FieldError("ema", "must be in (0, 1]")
+        if self.quantile is not None:
+            self.quantile = float(self.quantile)
+            if not 0.0 < self.quantile <= 1.0:
+                raise FieldError("quantile", f"must be in (0, 1] or None, got {self.quantile}")
+
+
 class WorstCaseSampler(EpsilonMixtureSampler):
     """Prefer the traces with the lowest recent return, with a uniform floor.
 
@@ -375,34 +416,22 @@ class WorstCaseSampler(EpsilonMixtureSampler):
     """
 
     name = "worst_case"
-    inputs: tuple[str, ...] = ()  # ``memberships`` is optional (logging only)
+    CONFIG = WorstCaseConfig  # ``memberships`` is optional (logging only): no NEEDS inputs
 
-    def __init__(
-        self,
-        n_traces: int,
-        rng: np.random.Generator,
-        *,
-        floor: float = 0.1,
-        temperature: float = 1.0,
-        ema: float = 0.5,
-        quantile: float | None = None,
-        memberships: np.ndarray | None = None,
-    ) -> None:
-        super().__init__(n_traces, rng, epsilon=_fraction("floor", floor))
+    def __init__(self, n_traces: int, rng: np.random.Generator,
+                 config: WorstCaseConfig | None = None, *,
+                 memberships: np.ndarray | None = None, **options: Any) -> None:
+        super().__init__(n_traces, rng, config, **options)
         self.floor = self.epsilon
-        self.temperature = _positive("temperature", temperature)
-        self.ema = _fraction("ema", ema)
-        if self.ema == 0:
-            raise ValueError("ema must be in (0, 1]")
-        if quantile is not None:
-            quantile = float(quantile)
-            if not 0.0 < quantile <= 1.0:
-                raise ValueError(f"quantile must be in (0, 1] or None, got {quantile}")
-        self.quantile = quantile
+        self.temperature, self.ema = self.config.temperature, self.config.ema
+        self.quantile = self.config.quantile
         if memberships is not None:
             self.clusters = np.argmax(as_memberships(memberships, self.n_traces), axis=1)
         self.recent_return = np.zeros(self.n_traces)
         self.seen = np.zeros(self.n_traces, dtype=bool)
+
+    def uniform_share(self) -> float:
+        return self.config.floor
 
     def update(self, trace_index: int, rewards: np.ndarray, **learner_stats: Any) -> None:
         trace, ret = _record_episode(self, trace_index, rewards)
@@ -431,11 +460,11 @@ class WorstCaseSampler(EpsilonMixtureSampler):
         return w / w.sum()
 
     def _due(self) -> None:
-        self._set_prioritised(self.priorities())
-        self._next_due = _NEVER
+        self.set_prioritised(self.priorities())
+        self._next_due = NEVER
 
     def probabilities(self) -> np.ndarray:
-        if self._next_due != _NEVER:
+        if self._next_due != NEVER:
             self._due()
         return super().probabilities()
 

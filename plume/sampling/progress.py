@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from plume.sampling.plume import EpsilonMixtureSampler, _integer, _positive
+from plume.sampling.base import SamplerNeeds
+from plume.sampling.checks import FieldError, fraction, integer, positive, valid_trace
+from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import hard_labels
 
-__all__ = ["LearningProgressSampler", "window_slope"]
+__all__ = ["LearningProgressConfig", "LearningProgressSampler", "window_slope"]
 
 
 def window_slope(points: Any) -> float:
@@ -31,6 +34,31 @@ def window_slope(points: Any) -> float:
     if not denom > 0:
         return math.nan
     return float(dx @ (xy[:, 1] - xy[:, 1].mean())) / denom
+
+
+@dataclass
+class LearningProgressConfig:
+    """TSCL's options (its Window teacher with Boltzmann exploration)."""
+
+    window: int = 20
+    """Episodes per cluster in the regression window (the paper's window K), >= 2."""
+    temperature: float = 0.2
+    """Relative Boltzmann temperature (> 0): slopes are divided by the largest one first."""
+    epsilon: float = 0.1
+    """Uniform floor over traces: every trace keeps probability >= epsilon / n_traces."""
+    min_episodes: int = 2
+    """Clusters with fewer episodes in their window (>= 2: a slope needs two points) are
+    explored first; at most ``window``."""
+
+    def __post_init__(self) -> None:
+        self.window = integer("window", self.window, 2)
+        self.temperature = positive("temperature", self.temperature)
+        self.epsilon = fraction("epsilon", self.epsilon)
+        self.min_episodes = integer("min_episodes", self.min_episodes, 2)
+        if self.min_episodes > self.window:
+            raise FieldError("min_episodes", f"({self.min_episodes}) must be <= window "
+                                             f"({self.window}), or no cluster ever leaves "
+                                             "exploration")
 
 
 class LearningProgressSampler(EpsilonMixtureSampler):
@@ -54,26 +82,15 @@ class LearningProgressSampler(EpsilonMixtureSampler):
     """
 
     name = "tscl"
-    inputs = ("memberships",)
+    CONFIG = LearningProgressConfig
+    NEEDS = SamplerNeeds(inputs=("memberships",))
 
-    def __init__(
-        self,
-        n_traces: int,
-        rng: np.random.Generator,
-        memberships: np.ndarray,
-        *,
-        window: int = 20,
-        temperature: float = 0.2,
-        epsilon: float = 0.1,
-        min_episodes: int = 2,
-    ) -> None:
-        super().__init__(n_traces, rng, epsilon=epsilon)
-        self.window = _integer("window", window, 2)
-        self.temperature = _positive("temperature", temperature)
-        self.min_episodes = _integer("min_episodes", min_episodes, 2)
-        if self.min_episodes > self.window:
-            raise ValueError(f"min_episodes ({self.min_episodes}) must be <= window "
-                             f"({self.window}), or no cluster ever leaves exploration")
+    def __init__(self, n_traces: int, rng: np.random.Generator, memberships: np.ndarray,
+                 config: LearningProgressConfig | None = None, **options: Any) -> None:
+        super().__init__(n_traces, rng, config, **options)
+        cfg = self.config
+        self.window, self.temperature, self.min_episodes = (cfg.window, cfg.temperature,
+                                                            cfg.min_episodes)
         self.clusters, self.n_clusters = hard_labels(memberships, self.n_traces)
         self.cluster_sizes = np.bincount(self.clusters, minlength=self.n_clusters)
         self.cluster_episodes = np.zeros(self.n_clusters, dtype=np.int64)
@@ -105,14 +122,12 @@ class LearningProgressSampler(EpsilonMixtureSampler):
     def _refresh(self) -> None:
         mass = self.cluster_probabilities()
         sizes = np.maximum(self.cluster_sizes, 1)  # empty clusters have zero mass anyway
-        self._set_prioritised((mass / sizes)[self.clusters])
+        self.set_prioritised((mass / sizes)[self.clusters])
 
     # -- episodes -------------------------------------------------------------------------------
     def update(self, trace_index: int, rewards: np.ndarray, **learner_stats: Any) -> None:
         """Add the episode's per-step mean reward to its cluster's window, then recompute p."""
-        trace = int(trace_index)
-        if not 0 <= trace < self.n_traces:
-            raise IndexError(f"trace index {trace_index} out of range [0, {self.n_traces})")
+        trace = valid_trace(trace_index, self.n_traces)
         r = np.asarray(rewards, dtype=np.float64).reshape(-1)
         if r.size and not np.all(np.isfinite(r)):
             raise ValueError(f"episode on trace {trace} has non-finite rewards")

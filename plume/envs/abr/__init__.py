@@ -164,7 +164,8 @@ SPEC = EnvSpec(
     analysis={"channel": "bandwidth", "resample_s": 0.5, "feature_set": "puffer",
               "k_range": (6, 15),
               "selection": {"fraction": 0.4, "steps": 5, "central_rounding": "ceil"}},
-    algo_preset="a2c_gelato",
+    # Each setting's learner (paper §4): Gelato's A2C, or Pensieve's A2C on its own network.
+    algo_preset=lambda params: "a2c_gelato" if params.variant == "gelato" else "a2c_pensieve",
     default_dataset=lambda params: ("puffer_synthetic" if params.variant == "gelato"
                                     else "pensieve_synthetic"),
     deployment=_deployment,
