@@ -41,9 +41,17 @@ if any(os.environ.get(k) != v for k, v in _PINNED.items()):  # imported as tests
         raise RuntimeError("tests/conftest.py must be imported before numpy and torch")
     os.environ.update(_PINNED)
 
+import absl.logging
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+
+# rliable imports absl, whose logging handler keeps the sys.stderr of the moment absl is first
+# imported: under pytest, a capture stream. A Hydra app run in this process reconfigures
+# logging, which closes every existing handler, and absl's closes its stream unless it is
+# sys.stderr at that moment: pytest's capture stream, closed, takes pytest's stderr with it.
+# The process's own stderr is never closed.
+absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 

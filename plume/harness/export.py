@@ -159,17 +159,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("[plume-export] %(message)s"))
-    log.addHandler(handler)
+    log.addHandler(handler)  # for this command only: a caller's logging is left as it was
+    level = log.level
     log.setLevel(logging.INFO)
     try:
         out = export_run(args.run_dir, args.out)
+        log.info("exported %s -> %s", args.run_dir, out)
     except (ConfigError, CorruptCheckpoint) as err:
         print(f"plume-export: {err}", file=sys.stderr)
         sys.exit(2)
     except ParityError as err:
         print(f"plume-export: parity check failed: {err}", file=sys.stderr)
         sys.exit(1)
-    log.info("exported %s -> %s", args.run_dir, out)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 if __name__ == "__main__":
