@@ -182,14 +182,15 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
                 args = job.args(root, extra)
                 cfg = compose(job.config, overrides=[*hydra_overrides, *args],
                               return_hydra_config=True)
-                checks[job.config](cfg)
+                checked = checks[job.config](cfg)
                 run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
                 state = _read_state(run_dir)
                 if cfg.get("overwrite") and state == COMPLETED:
                     state = "overwrite"
                 train = job.config == "train"
                 steps = int(cfg.train.total_steps) if train else 0
-                kind = f"{cfg.env.name}/{cfg.algo.name}" if train else ""
+                # the learner it trains (an env's default preset when the job names none)
+                kind = f"{cfg.env.name}/{checked.algo_name}" if train else ""
                 planned.append(PlannedJob(job, args, run_dir, state, steps, kind))
     finally:
         GlobalHydra.instance().clear()

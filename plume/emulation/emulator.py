@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from plume.emulation.link import LinkSpec
-from plume.emulation.netns import ADDRESSES, NamespacePair, die_with_parent
+from plume.emulation.netns import ADDRESSES, NamespacePair, die_with_parent, stop_all
 
 __all__ = ["Emulator", "LinkSpec"]
 
@@ -86,11 +86,7 @@ class Emulator:
     def close(self) -> None:
         """Stop the applications, then the link (its counters are read), then the
         namespaces."""
-        for process in self._apps:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-        self._apps.clear()
+        stop_all(self._apps)
         if self._link is not None:
             if self._link.poll() is None:
                 self._link.terminate()

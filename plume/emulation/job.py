@@ -108,8 +108,12 @@ def check_emulation(cfg: DictConfig) -> EmulationJob:
     """The checked job of a ``plume-emulate`` config, traces loaded; ConfigError naming the key
     for a mistake (before Hydra makes the run directory)."""
     from plume.harness.datasets import load_checked, test_set_name
-    from plume.harness.schema import check_inside_root, check_top_keys, env_section, \
-        typed_section
+    from plume.harness.schema import (
+        check_inside_root,
+        check_top_keys,
+        env_section,
+        typed_section,
+    )
 
     check_top_keys(cfg, TOP_KEYS)
     if cfg.get("mode") != "emulation":

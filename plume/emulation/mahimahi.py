@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Sequence
 
 from plume.emulation.link import LinkSpec
-from plume.emulation.netns import EmulationUnavailable, Side, die_with_parent, start_anchor
+from plume.emulation.netns import (
+    EmulationUnavailable,
+    Side,
+    die_with_parent,
+    start_anchor,
+    stop_all,
+)
 
 __all__ = ["BASE", "MahimahiShell", "missing_tools", "shell_argv"]
 
@@ -125,11 +131,7 @@ class MahimahiShell:
                               preexec_fn=die_with_parent, **kwargs)
 
     def close(self) -> None:
-        for process in self._apps:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-        self._apps.clear()
+        stop_all(self._apps)
         if self._side is not None:
             self._side.close()
             self._side = None

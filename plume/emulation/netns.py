@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 __all__ = ["ADDRESSES", "EmulationUnavailable", "NamespacePair", "Side", "can_emulate",
-           "start_anchor"]
+           "start_anchor", "stop_all"]
 
 ADDRESSES = {"server": "10.231.0.1", "client": "10.231.0.2"}
 """The TUN addresses of the two sides (a /32 each, the other side as the peer)."""
@@ -69,6 +69,15 @@ def die_with_parent() -> None:
     """In a child before exec: SIGKILL when the process that started it dies."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def stop_all(processes: list[subprocess.Popen]) -> None:
+    """Kill the processes still running, reap every one, and empty the list."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    processes.clear()
 
 
 def _unshare_prefix() -> list[str]:
