@@ -70,8 +70,9 @@ def read_emulations(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataF
 
 
 def gap_figure(per_trace: pd.DataFrame, out: Path) -> Path | None:
-    """Per metric, each controller's per-trace gaps as a strip (zero: the simulator agreed):
-    where the simulator is off, for which traces, and by how much."""
+    """Per environment (a row) and metric (a panel), each controller's per-trace gaps as a
+    strip with their mean (zero: the simulator agreed): where the simulator is off, for which
+    traces, and by how much."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,23 +80,32 @@ def gap_figure(per_trace: pd.DataFrame, out: Path) -> Path | None:
 
     if per_trace.empty:
         return None
-    metrics = list(dict.fromkeys(per_trace["metric"]))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.0), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
-        rows = per_trace[per_trace["metric"] == metric]
-        policies = list(dict.fromkeys(rows["policy"]))
-        for y, policy in enumerate(policies):
-            values = rows.loc[rows["policy"] == policy, "gap"].dropna().to_numpy(float)
-            if not len(values):
-                continue
-            ax.scatter(values, [y] * len(values), s=12, alpha=0.6)
-            ax.plot([values.mean()] * 2, [y - 0.3, y + 0.3], color="black")
-        ax.axvline(0.0, color="grey", linewidth=0.8)
-        ax.set_yticks(range(len(policies)), policies)
-        ax.set_title(metric, fontsize=9)
-        ax.set_xlabel("emulation - simulation")
+    envs = list(dict.fromkeys(per_trace["env"]))
+    width = max(len(set(per_trace.loc[per_trace["env"] == e, "metric"])) for e in envs)
+    fig, axes = plt.subplots(len(envs), width, figsize=(3.2 * width, 2.6 * len(envs)),
+                             squeeze=False)
+    for row, env in zip(axes, envs):
+        rows = per_trace[per_trace["env"] == env]
+        metrics = list(dict.fromkeys(rows["metric"]))
+        for ax in row[len(metrics):]:
+            ax.set_visible(False)
+        for ax, metric in zip(row, metrics):
+            _strips(ax, rows[rows["metric"] == metric], f"{env}: {metric}")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def _strips(ax, rows: pd.DataFrame, title: str) -> None:
+    policies = list(dict.fromkeys(rows["policy"]))
+    for y, policy in enumerate(policies):
+        values = rows.loc[rows["policy"] == policy, "gap"].dropna().to_numpy(float)
+        if len(values):
+            ax.scatter(values, [y] * len(values), s=12, alpha=0.6)
+            ax.plot([values.mean()] * 2, [y - 0.3, y + 0.3], color="black")
+    ax.axvline(0.0, color="grey", linewidth=0.8)
+    ax.set_yticks(range(len(policies)), policies)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("emulation - simulation")
