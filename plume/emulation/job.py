@@ -90,18 +90,10 @@ class EmulationJob:
     settings: EmulationSection
     controller: str | None
     export: Path | None
+    policy: str
+    """A name for reports: the controller's, or what the export's contract names."""
     test_set: str
     traces: Any
-
-    @property
-    def policy(self) -> str:
-        """A name for reports: the controller's, or the export's algorithm."""
-        if self.controller:
-            return self.controller
-        from plume.deploy.contract import read_contract
-
-        policy = read_contract(self.export)["policy"]
-        return policy.get("controller") or f"{policy.get('algorithm', 'learned')} export"
 
 
 def check_emulation(cfg: DictConfig) -> EmulationJob:
@@ -127,10 +119,10 @@ def check_emulation(cfg: DictConfig) -> EmulationJob:
                           f"{', '.join(EMULATIONS)}")
     EMULATIONS[spec.name].check(params)
     _check_machine(settings)
-    controller, export = _policy(cfg, spec, params)
+    controller, export, policy = _policy(cfg, spec, params)
     traces = load_checked(spec, env, env.dataset, "test", params)
     traces = traces.subset(list(range(min(settings.traces, len(traces)))))
-    return EmulationJob(spec, params, settings, controller, export,
+    return EmulationJob(spec, params, settings, controller, export, policy,
                         test_set_name(spec, env.dataset), traces)
 
 
@@ -147,8 +139,9 @@ def _check_machine(settings: EmulationSection) -> None:
         raise ConfigError(reason)
 
 
-def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None]:
-    """``controller`` or ``export``, exactly one, checked against the env."""
+def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None, str]:
+    """``controller`` or ``export``, exactly one, checked against the env; and the policy's
+    name for reports (the controller's, or the algorithm or rule the contract names)."""
     from dataclasses import asdict
 
     from plume.deploy.contract import read_contract
@@ -161,7 +154,7 @@ def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None]:
             raise ConfigError(f"controller={controller!r} is not a controller of env "
                               f"{spec.name!r}; valid choices: "
                               f"{', '.join(sorted(spec.controllers))}")
-        return str(controller), None
+        return str(controller), None, str(controller)
     try:
         contract = read_contract(Path(str(export)))
     except (OSError, ValueError) as err:
@@ -173,7 +166,9 @@ def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None]:
         raise ConfigError(f"export={export} was made for env={made_for['name']} "
                           f"{made_for.get('params', {}).get('variant', '')}; set env (and "
                           "env.variant) to match it")
-    return None, Path(str(export))
+    policy = contract["policy"]
+    name = policy.get("controller") or f"{policy.get('algorithm', 'learned')} export"
+    return None, Path(str(export)), name
 
 
 def emulate_job(cfg: DictConfig) -> dict[str, Any] | None:
