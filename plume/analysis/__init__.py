@@ -44,6 +44,7 @@ from plume.analysis.pipeline import (
     TraceAnalysis,
     adjusted_rand_index,
     analyze,
+    assignment_table,
     cache_path,
     contingency_table,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "TraceAnalysis",
     "adjusted_rand_index",
     "analyze",
+    "assignment_table",
     "cache_path",
     "calculator_of",
     "central_features",

@@ -54,6 +54,7 @@ __all__ = [
     "TraceAnalysis",
     "adjusted_rand_index",
     "analyze",
+    "assignment_table",
     "cache_path",
     "contingency_table",
 ]
@@ -548,3 +549,18 @@ def contingency_table(labels: TraceAnalysis | Sequence,
     labels, truth = _labels_and_truth(labels, truth)
     return pd.crosstab(pd.Series(truth, name="kind"), pd.Series(labels, name="cluster"),
                        margins=True, margins_name="total")
+
+
+def assignment_table(result: TraceAnalysis) -> pd.DataFrame:
+    """Where each trace landed, so a user can look up their own traces: one row per trace in
+    the analysed order with ``trace_id``, the hard ``cluster`` (the argmax of the
+    memberships), ``p_0 .. p_{k-1}`` (the soft memberships the samplers get; rows sum to 1)
+    and, when the dataset has ground truth, its ``label``."""
+    memberships = np.asarray(result.memberships, dtype=np.float64)
+    table = pd.DataFrame({"trace_id": np.asarray(result.trace_ids, dtype=str),
+                          "cluster": np.asarray(result.labels, dtype=np.int64)})
+    for j in range(memberships.shape[1]):
+        table[f"p_{j}"] = memberships[:, j]
+    if result.true_labels is not None:
+        table["label"] = np.asarray(result.true_labels, dtype=str)
+    return table

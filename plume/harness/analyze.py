@@ -1,4 +1,5 @@
-"""``plume-analyze``: Plume stages 1-2 on one dataset split, printed and drawn.
+"""``plume-analyze``: Plume stages 1-2 on one dataset split, printed, drawn and tabulated
+(``assignments.csv``: each trace's cluster; ``contingency.csv``: kinds x clusters).
 
     plume-analyze env.dataset=majority_fast
     plume-analyze env.dataset=balanced analysis=kmeans
@@ -32,7 +33,8 @@ def main(cfg: DictConfig) -> None:
 
 
 def report(cfg: DictConfig, out: Path) -> str:
-    """Run (or load from cache) the analysis of ``cfg``; write figure + summary into ``out``."""
+    """Run (or load from cache) the analysis of ``cfg``; write figure, tables and summary
+    into ``out``."""
     from plume.analysis import adjusted_rand_index, analyze, contingency_table
     from plume.analysis.figures import cluster_scatter
 
@@ -74,9 +76,29 @@ def report(cfg: DictConfig, out: Path) -> str:
     timing = ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items())
     lines.append("from cache" if result.from_cache else f"timings: {timing}")
     figure = cluster_scatter(result, out / "clusters")
+    tables = _write_tables(result, out)
+    summary["files"] = {"figure": figure[0].name,
+                        **{name: path.name for name, path in tables.items()}}
     (out / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n")
     lines.append(f"figure: {figure[0]} (+ .pdf); summary: {out / 'analysis.json'}")
+    lines.append(f"cluster of each trace: {tables['assignments']}"
+                 + (f"; contingency table: {tables['contingency']}"
+                    if "contingency" in tables else ""))
     return "\n".join(lines)
+
+
+def _write_tables(result, out: Path) -> dict[str, Path]:
+    """``assignments.csv`` and, with ground truth, ``contingency.csv`` (the table printed);
+    a stale contingency table goes, so the folder never shows one of other labels."""
+    from plume.analysis import assignment_table, contingency_table
+
+    files = {"assignments": out / "assignments.csv", "contingency": out / "contingency.csv"}
+    assignment_table(result).to_csv(files["assignments"], index=False)
+    if result.true_labels is None:
+        files.pop("contingency").unlink(missing_ok=True)
+    else:
+        contingency_table(result).to_csv(files["contingency"])
+    return files
 
 
 if __name__ == "__main__":
