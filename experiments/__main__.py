@@ -1,4 +1,5 @@
 """``python -m experiments NAME [--profile quick|paper] [-j JOBS] [--root runs] [--out reports]
+[--seeds N|auto [--seeds-cap N] [--seeds-rounds N,N,...]]
 [hydra/launcher=joblib|submitit_local|submitit_slurm|ray] [hydra.launcher.KEY=VALUE ...]``."""
 
 import sys

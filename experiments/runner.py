@@ -4,6 +4,7 @@
     python -m experiments fig9 hydra/launcher=submitit_slurm hydra.launcher.partition=cpu
     python -m experiments fig9 --dry-run                   # the jobs and which are done
     python -m experiments fig9 --render-only               # redraw from what is on disk
+    python -m experiments fig9 --seeds auto                # seeds in rounds (experiments/rounds.py)
 
 Every job is one ``plume-train experiment=<exp> <axis overrides> seed=<s> paths.root=<root>``
 run, so its run directory is the one ``plume-train`` would use by hand:
@@ -17,7 +18,8 @@ a sweep axis and the number of seeds is a property of the profile:
 - ``quick``: the ``<name>_quick`` experiment configs (smaller budgets), seeds 0-4.
 
 In both, a group of the catalog whose effect is small asks for more seeds (``Group.seeds``:
-Fig. 9's PPO S2, PPO S3 and DQN S3 train seeds 0-9); ``--seeds N`` replaces every count.
+Fig. 9's PPO S2, PPO S3 and DQN S3 train seeds 0-9); ``--seeds N`` replaces every count, and
+``--seeds auto`` adds seeds in rounds until each comparison is decided (``experiments.rounds``).
 
 Figures that share runs share jobs: fig10 draws fig9's plume_dynamic runs, fig8 reuses fig9's
 majority_fast runs of uniform / plume_static / plume_dynamic and trains only trace_error.
@@ -609,6 +611,26 @@ def _print_artefacts(figure: str, artefacts: dict, wanted: int, have: int,
     stream.flush()
 
 
+def _seeds_option(text: str) -> int | str:
+    """``--seeds``: a number of seeds (>= 1) or ``auto``."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a number >= 1 or auto, got {text!r}")
+    return int(text)
+
+
+def _rounds_option(text: str) -> list[int]:
+    """``--seeds-rounds``: increasing runs per side, e.g. ``5,10,20``."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"numbers separated by commas, got {text!r}") from None
+    if values != sorted(set(values)):
+        raise argparse.ArgumentTypeError(f"must increase, got {text!r}")
+    return values
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m experiments",
@@ -634,9 +656,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="extra plume-train override for every job (repeatable); keys "
                              "that change training also change the run directories")
-    parser.add_argument("--seeds", type=int, default=None,
+    parser.add_argument("--seeds", type=_seeds_option, default=None,
                         help="number of seeds (0..N-1) instead of the profile's and the "
-                             "groups'")
+                             "groups'; auto: add seeds in rounds until each comparison is "
+                             "decided (a group-sequential design, experiments/rounds.py)")
+    parser.add_argument("--seeds-cap", type=int, default=None, metavar="N",
+                        help="--seeds auto: at most N seeds per curve, the last look (20)")
+    parser.add_argument("--seeds-rounds", type=_rounds_option, default=None, metavar="N,N,...",
+                        help="--seeds auto: runs per side at each look (5,10,15,... to the cap)")
     parser.add_argument("--reps", type=int, default=None,
                         help="bootstrap repetitions of the rliable report (report default)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the report bootstrap")
@@ -646,12 +673,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from experiments import rounds
     from plume.harness.schema import ConfigError
 
     if args.jobs < 1:
         parser.error("-j must be >= 1")
-    if args.seeds is not None and args.seeds < 1:
-        parser.error("--seeds must be >= 1")
+    auto = args.seeds == "auto"
+    if why := rounds.check_options(args.name, args.seeds, args.seeds_cap, args.seeds_rounds,
+                                   args.render_only):
+        parser.error(why)
     if any("=" not in o for o in args.overrides):
         parser.error("overrides are KEY=VALUE, e.g. hydra/launcher=submitit_slurm")
     report_options = {k: v for k, v in {"reps": args.reps, "seed": args.seed}.items()
@@ -659,10 +689,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep = [o for o in args.overrides if o.lstrip("+~").startswith("hydra")]
     jobs = [*args.override, *(o for o in args.overrides if o not in sweep)]
     try:
-        result = run(args.name, args.profile, args.jobs, args.root, args.out,
-                     dry_run=args.dry_run, render_only=args.render_only,
-                     overrides=jobs, n_seeds=args.seeds, report_options=report_options,
-                     hydra_overrides=sweep, progress_every_s=args.progress_every)
+        result = rounds.run_auto(
+            args.name, args.profile, args.jobs, args.root, args.out,
+            cap=args.seeds_cap or rounds.DEFAULT_CAP,
+            rounds=args.seeds_rounds, dry_run=args.dry_run, overrides=jobs,
+            report_options=report_options, hydra_overrides=sweep,
+            progress_every_s=args.progress_every) if auto else run(
+            args.name, args.profile, args.jobs, args.root, args.out, dry_run=args.dry_run,
+            render_only=args.render_only, overrides=jobs, n_seeds=args.seeds,
+            report_options=report_options, hydra_overrides=sweep,
+            progress_every_s=args.progress_every)
     except (HydraException, OmegaConfBaseException, ConfigError) as err:  # the user's mistake
         message = " ".join(str(err).split())
         print(f"python -m experiments: error: {message}", file=sys.stderr)

@@ -214,6 +214,9 @@ def test_report_ranks_the_planted_sampler_first_with_a_verdict_and_its_effect_si
                      r"\+0\.\d{3} \[\+0\.\d{3}, \+0\.\d{3}\] \(normalised score, 95 % Welch t\), "
                      r"Holm-adjusted p = \S+ over 10 verdicts; PoI 1\.00 \[1\.00, 1\.00\] "
                      r"\(degenerate: every run beats every baseline run", text)
+    assert re.search(r"plume_dynamic beats uniform on all tasks: [^\n]*; power at the observed "
+                     r"difference 1\.00 \(two-sided Welch at 0\.05/10 = 0\.005, conservative: "
+                     r"Bonferroni level\), 5 seeds per side for 80%\.\n", text)
     assert "plume_dynamic beats uniform on slow_high-var" in text
 
 
@@ -419,6 +422,8 @@ def test_three_runs_per_side_print_no_interval_and_no_verdict(tmp_path):
     assert a.aggregates[interval_columns].isna().all().all()
     assert a.poi[["diff_lo", "diff_hi", "lo", "hi", "p_holm"]].isna().all().all()
     assert set(a.poi["verdict"]) == {"too few runs"}
+    assert a.poi[["power", "seeds_for_80"]].isna().all().all()
+    assert set(a.poi["power_note"]) == {"not computed: too few runs (3 and 3; 5 per side needed)"}
     for frame, columns in ((a.breakdowns, ["mean_lo", "mean_hi"]), (a.curves, ["lo", "hi"]),
                            (a.profiles, ["lo", "hi"])):
         assert frame[columns].isna().all().all()
@@ -427,6 +432,10 @@ def test_three_runs_per_side_print_no_interval_and_no_verdict(tmp_path):
     assert ("**No verdict: too few runs (3 per sampler; intervals and verdicts need 5, so 2 "
             "more).** Run 2 more seed(s) of every sampler") in answer
     assert not re.search(r"beats|is worse than|better|\[", answer)  # no verdict, no interval
+    assert answer.count("power not computed (too few runs)") == len(a.poi)
+    comparisons = text.split("## Comparisons with the baseline")[1].split("##")[0]
+    not_computed = "not computed: too few runs (3 and 3; 5 per side needed)"
+    assert comparisons.count(f"| {not_computed} | {not_computed} |") == len(a.poi)
     aggregates = text.split("## Aggregate scores")[1].split("## Methods")[0]
     assert "[" not in aggregates.split("\n|---")[1]  # table body: points only
     assert "no verdict: too few runs" in result.summary
@@ -450,6 +459,11 @@ def test_five_runs_per_side_print_intervals_and_verdicts_with_their_methods(cli_
     assert re.search(r"\| 1 \| plume_dynamic \| 5 \| 4 \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \|", text)
     comparisons = text.split("## Comparisons with the baseline")[1].split("##")[0]
     assert "difference of means [95% Welch t]" in comparisons and "degenerate" in comparisons
+    assert ("| power at the observed difference (Welch; conservative: Bonferroni level) | seeds "
+            "per side for 80% power |") in comparisons
+    assert re.search(r"\| better \| 1\.00 at 0\.005 \| 5 \|", comparisons)
+    assert ("- **Power** of each verdict's test: Welch's two-sided t-test at the observed "
+            "difference and run-to-run standard deviations, at level 0.05/m with m = 10") in methods
 
 
 def test_verdicts_are_holm_corrected_over_the_whole_report(cli_report):
@@ -464,6 +478,16 @@ def test_verdicts_are_holm_corrected_over_the_whole_report(cli_report):
     static = poi[poi["algorithm"] == "plume_static"]
     assert (static["verdict"] == "no significant difference").all()
     assert (static["p_value"] < static["p_holm"]).all()
+    # every verdict's power is at Holm's first-step (Bonferroni) level over the 10 verdicts
+    from plume.report.power import seeds_for_power, welch_power
+
+    assert np.allclose(poi["power_level"], 0.05 / 10)
+    for row in poi.itertuples():
+        assert row.power == pytest.approx(welch_power(row.diff, row.sd, row.sd_baseline,
+                                                      row.n_runs, row.n_runs_baseline, 0.005))
+        assert row.seeds_for_80 == seeds_for_power(row.diff, row.sd, row.sd_baseline, 0.005,
+                                                   least=5)
+    assert (static["power"] < 0.8).all() and (static["seeds_for_80"] > 5).all()
 
 
 def test_a_one_seed_report_never_says_worse(tmp_path):

@@ -8,6 +8,9 @@ interval has its nominal coverage at 5 runs (``plume.report.inference``). Each v
 carries two effect sizes with their intervals: that difference (Welch t) and rliable's
 probability of improvement (stratified bootstrap), flagged when its interval is degenerate.
 Fewer than ``MIN_RUNS`` runs per side give point estimates and "too few runs", never a verdict.
+Each tested verdict also states the power of its test at the observed difference and the seeds
+per side that would reach 80 % (``plume.report.power``), at the Bonferroni level ALPHA / m, the
+level of Holm's first step over the report's m verdicts (conservative for the later steps).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from plume.report.inference import (
     mean_interval,
     welch_difference,
 )
+from plume.report.power import MAX_SEEDS, TARGET_POWER, seeds_for_power, welch_power
 
 METRICS = ["IQM", "mean", "median", "optimality_gap"]
 ALL_TASKS = "all tasks"
@@ -41,7 +45,8 @@ NOT_SIGNIFICANT = "no significant difference"
 COMPARISON_COLUMNS = [
     "algorithm", "baseline", "scope", "n_tasks", "n_runs", "n_runs_baseline", "diff",
     "diff_lo", "diff_hi", "p_value", "p_holm", "poi", "lo", "hi", "poi_degenerate",
-    "ci_excludes_half", "verdict",
+    "ci_excludes_half", "verdict", "sd", "sd_baseline", "power_level", "power", "seeds_for_80",
+    "power_note",
 ]
 
 
@@ -113,6 +118,7 @@ def compare(x: np.ndarray, y: np.ndarray, *, reps: int, seed: int) -> dict[str, 
         "diff": float(per_run_x.mean() - per_run_y.mean()), "diff_lo": np.nan,
         "diff_hi": np.nan, "p_value": np.nan, "p_holm": np.nan, "lo": np.nan, "hi": np.nan,
         "poi_degenerate": False, "ci_excludes_half": False,
+        "sd": _sd(per_run_x), "sd_baseline": _sd(per_run_y),
     }
     if not enough_runs(len(per_run_x), len(per_run_y)):
         return {**row, "poi": poi_point(x, y)}
@@ -132,7 +138,35 @@ def decide(rows: pd.DataFrame) -> pd.DataFrame:
     better = rows["diff"].to_numpy(float) > 0
     rows["verdict"] = np.where(~tested, TOO_FEW, np.where(
         significant, np.where(better, "better", "worse"), NOT_SIGNIFICANT))
+    level = ALPHA / max(1, int(tested.sum()))
+    power = [power_at(row, level) for row in rows.itertuples(index=False)]
+    rows["power_level"] = level
+    rows["power"], rows["seeds_for_80"], rows["power_note"] = (
+        [p[0] for p in power], [p[1] for p in power], [p[2] for p in power])
     return rows
+
+
+def _sd(values: np.ndarray) -> float:
+    """Run-to-run standard deviation (n - 1 in the denominator); NaN from one run."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
+
+
+def power_at(row: Any, level: float) -> tuple[float, float, str]:
+    """(power at the observed difference, seeds per side for TARGET_POWER, why either is not
+    computed or "") of one comparison row, for Welch's test at ``level``."""
+    if not enough_runs(row.n_runs, row.n_runs_baseline):
+        return np.nan, np.nan, (f"not computed: {TOO_FEW} ({row.n_runs} and "
+                                f"{row.n_runs_baseline}; {MIN_RUNS} per side needed)")
+    if row.diff == 0:
+        return np.nan, np.nan, "not computed: the observed difference is 0"
+    if not (row.sd > 0 or row.sd_baseline > 0):
+        return np.nan, np.nan, "not computed: no run-to-run spread on either side"
+    power = welch_power(row.diff, row.sd, row.sd_baseline, row.n_runs, row.n_runs_baseline,
+                        level)
+    seeds = seeds_for_power(row.diff, row.sd, row.sd_baseline, level, least=MIN_RUNS)
+    if seeds is None:
+        return power, np.nan, f"more than {MAX_SEEDS} seeds per side for {TARGET_POWER:.0%}"
+    return power, float(seeds), ""
 
 
 def comparisons_table(matrices: Mapping[str, np.ndarray], ranked: list[str], baseline: str,
@@ -174,18 +208,30 @@ def verdict_sentence(row: Any, n_verdicts: int) -> str:
     if row.verdict == TOO_FEW:
         return (f"{subject}: no verdict, {TOO_FEW} ({row.n_runs} and {row.n_runs_baseline}; "
                 f"{MIN_RUNS} per side needed). Point estimates only: difference of means "
-                f"{_signed(row.diff)}, {poi_text(row)}.")
+                f"{_signed(row.diff)}, {poi_text(row)}; power not computed ({TOO_FEW}).")
     head = {"better": f"{row.algorithm} beats {row.baseline} on {row.scope}",
             "worse": f"{row.algorithm} is worse than {row.baseline} on {row.scope}"}.get(
         row.verdict, f"{subject}: {NOT_SIGNIFICANT}")
     return (f"{head}: difference of means {_signed(row.diff)} [{_signed(row.diff_lo)}, "
             f"{_signed(row.diff_hi)}] (normalised score, 95 % Welch t), Holm-adjusted "
             f"p = {row.p_holm:.2g} over {n_verdicts} verdict{'s' if n_verdicts != 1 else ''}; "
-            f"{poi_text(row)}.")
+            f"{poi_text(row)}; {power_text(row, n_verdicts)}.")
+
+
+def power_text(row: Any, n_verdicts: int) -> str:
+    """'power at the observed difference 0.29 (two-sided Welch at 0.05/10 = 0.005,
+    conservative: Bonferroni level), 17 seeds per side for 80 %', or why it is not computed."""
+    if np.isnan(row.power):
+        return f"power {row.power_note}"
+    seeds = (f"{int(row.seeds_for_80)} seeds per side for {TARGET_POWER:.0%}"
+             if not np.isnan(row.seeds_for_80) else row.power_note)
+    return (f"power at the observed difference {row.power:.2f} (two-sided Welch at "
+            f"{ALPHA:g}/{n_verdicts} = {row.power_level:.2g}, conservative: Bonferroni level), "
+            f"{seeds}")
 
 
 __all__ = [
     "ALL_TASKS", "COMPARISON_COLUMNS", "METRICS", "NOT_SIGNIFICANT", "TOO_FEW",
     "aggregates_table", "compare", "comparisons_table", "decide", "metric_intervals",
-    "poi_text", "ranking_text", "scopes", "verdict_sentence",
+    "poi_text", "power_at", "power_text", "ranking_text", "scopes", "verdict_sentence",
 ]

@@ -1,0 +1,364 @@
+"""``python -m experiments NAME --seeds auto``: seeds added in rounds until every comparison of
+the figure is decided, by the group-sequential design of ``plume.report.sequential``.
+
+A figure's comparisons are its groups' curves against their baseline curve (what each group's
+report compares). Round 1 trains seeds 0-4 of every curve (and the controllers); after each
+round every undecided comparison's statistic is computed from its two curves' completed runs
+exactly as the group's report computes its verdict (``plume.report.analyse`` on those runs:
+the same normalisation, tasks and per-run scores; Welch's t over all compared tasks, mapped to
+z by its p-value) and compared with the look's boundary. The next round adds seeds only to the
+curves of comparisons still undecided (a comparison involves its curve and the baseline); it
+stops when all are decided or at the cap. Each look uses exactly the seeds ``0..n_k - 1`` of
+both curves, so runs left on disk by an earlier command never enter a look early, and a
+re-run replays the rounds from the runs on disk, training only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+import pandas as pd
+
+from experiments import runner
+from experiments.catalog import TRAINING_FIGURES, Figure, Group
+from experiments.curves import RunRoles
+from plume.harness.train import format_clock
+from plume.report.inference import ALPHA, MIN_RUNS
+from plume.report.sequential import (
+    CONTINUE,
+    REJECTED,
+    Design,
+    default_looks,
+    design,
+    z_from_p,
+)
+
+SEQUENTIAL_FILE = "sequential.json"
+#: Seeds per curve at the last look unless ``--seeds-cap`` says otherwise.
+DEFAULT_CAP = 20
+#: Bootstrap repetitions of the analysis behind a statistic: the Welch test does not use them.
+STATISTIC_REPS = 50
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One verdict the design decides: ``curve`` against ``baseline`` in group ``group``."""
+
+    group: str
+    curve: str
+    baseline: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}: {self.curve} vs {self.baseline}"
+
+    def curves(self) -> set[tuple[str, str]]:
+        return {(self.group, self.curve), (self.group, self.baseline)}
+
+
+def figure_comparisons(figure: Figure) -> list[Comparison]:
+    """Every curve of every group against the group's baseline."""
+    return [Comparison(g.key, c.label, g.baseline) for g in figure.groups for c in g.curves
+            if c.label != g.baseline]
+
+
+def looks_of(cap: int, rounds: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The runs per side at each look: ``rounds`` up to the cap, the cap last (default 5, 10,
+    15, ... up to the cap)."""
+    if rounds is None:
+        return default_looks(cap)
+    kept = sorted({int(n) for n in rounds if int(n) < cap})
+    return (*kept, cap)
+
+
+def check_options(name: str, seeds: int | str | None, cap: int | None,
+                  rounds: Sequence[int] | None, render_only: bool = False) -> str | None:
+    """Why the command line's ``--seeds`` options cannot run for figure ``name`` (None: they
+    can): ``--seeds-cap`` and ``--seeds-rounds`` belong to ``--seeds auto``, which needs a
+    training figure and trains what its rounds lack."""
+    if seeds != "auto":
+        given = [o for o, v in (("--seeds-cap", cap), ("--seeds-rounds", rounds)) if v]
+        return f"{' and '.join(given)} only with --seeds auto" if given else None
+    cap = DEFAULT_CAP if cap is None else cap
+    if render_only:
+        return ("--seeds auto replays its rounds from the runs on disk and trains only what "
+                "they lack; --render-only does not go with it")
+    if name not in TRAINING_FIGURES:
+        return (f"--seeds auto sizes the seeds of one training figure's comparisons; {name} "
+                f"has none (choose one of {', '.join(TRAINING_FIGURES)})")
+    if cap < MIN_RUNS:
+        return f"--seeds-cap must be at least {MIN_RUNS} (the report's minimum per side)"
+    if rounds is not None and min(rounds) < MIN_RUNS:
+        return f"--seeds-rounds must start at {MIN_RUNS} runs per side or more"
+    return None
+
+
+def next_curves(comparisons: Sequence[Comparison],
+                decisions: Mapping[Comparison, str]) -> set[tuple[str, str]]:
+    """The (group, curve label) pairs the next round adds seeds to: those of comparisons
+    still undecided."""
+    return {curve for c in comparisons if decisions.get(c, CONTINUE) == CONTINUE
+            for curve in c.curves()}
+
+
+def round_jobs(name: str, profile: str, seeds: range, curves: set[tuple[str, str]],
+               controllers: bool) -> list[runner.Job]:
+    """The jobs of one round: ``seeds`` of ``curves``, and the figure's controllers when
+    ``controllers`` (the first round)."""
+    jobs = runner.figure_jobs(name, profile, seeds.stop)
+    chosen = [j for j in jobs if (j.config == "eval" and controllers) or (
+        j.config == "train" and j.seed in seeds and (j.group, j.label) in curves)]
+    return list(dict.fromkeys(chosen))
+
+
+def pair_statistic(group: Group, comparison: Comparison, roles: RunRoles, n: int) -> dict:
+    """The comparison's Welch test at a look of ``n`` runs per side, computed by the report
+    (``analyse`` on the two curves' runs with seeds below ``n``): n, diff, p and z."""
+    from experiments.curves import report_grouping
+    from plume.report import analyse, load_scores, scan_runs
+
+    pair = {run: role for run, role in roles.items()
+            if role[0] == group.key and role[1] in (comparison.curve, comparison.baseline)}
+    empty = {"n": 0, "diff": float("nan"), "p": float("nan"), "z": float("nan")}
+    if not pair:
+        return empty
+    scores = load_scores(scan_runs(list(pair)))
+    scores = scores[pd.to_numeric(scores["seed"], errors="coerce") < n]
+    if scores.empty:
+        return empty
+    group_by, baseline = report_grouping(group, pair)
+    analysis = analyse(scores, group_by=group_by, baseline=baseline, reps=STATISTIC_REPS)
+    if analysis.poi.empty:
+        return empty
+    row = analysis.poi.iloc[0]  # the scope of every compared task
+    return {"n": analysis.n_runs, "diff": float(row["diff"]), "p": float(row["p_value"]),
+            "z": z_from_p(row["diff"], row["p_value"])}
+
+
+def look_statistics(figure: Figure, comparisons: Sequence[Comparison], roles: RunRoles,
+                    n: int) -> dict[Comparison, dict]:
+    """``pair_statistic`` of each of ``comparisons`` at a look of ``n`` runs per side."""
+    groups = {g.key: g for g in figure.groups}
+    return {c: pair_statistic(groups[c.group], c, roles, n) for c in comparisons}
+
+
+def decide_look(plan: Design, look: int, stats: Mapping[Comparison, dict]
+                ) -> dict[Comparison, str]:
+    """The design's decision for each comparison at ``look`` (1 = the first)."""
+    decided = plan.decide(look, {c.name: s["z"] for c, s in stats.items()})
+    return {c: decided[c.name] for c in stats}
+
+
+def _direction(stat: dict) -> str:
+    return "better" if stat["diff"] > 0 else "worse"
+
+
+def round_line(look: int, plan: Design, stats: Mapping[Comparison, dict],
+               decisions: Mapping[Comparison, str]) -> str:
+    """One line: the look, its boundary, each comparison's z and decision."""
+    parts = [f"{c.name} z = {s['z']:+.2f} (n = {s['n']}, diff {s['diff']:+.3f}): "
+             + (f"{REJECTED}, {_direction(s)}" if decisions[c] == REJECTED else decisions[c])
+             for c, s in stats.items()]
+    return (f"round {look}/{len(plan.looks)} ({plan.looks[look - 1]} runs per side, boundary "
+            f"|z| >= {plan.boundaries[look - 1]:.3f}): " + "; ".join(parts))
+
+
+def design_lines(plan: Design, comparisons: Sequence[Comparison]) -> list[str]:
+    """The design as printed by ``--dry-run`` and at the start of a run."""
+    looks = [f"  look {k}: {n} runs per side, reject when |z| >= {b:.3f} (error spent by "
+             f"then {s:.2g})" for k, (n, b, s) in enumerate(zip(plan.looks, plan.boundaries,
+                                                                plan.spent), 1)]
+    return [(f"sequential design: {len(comparisons)} comparison(s), family-wise error "
+             f"{plan.alpha:g} split by Bonferroni (each at {plan.alpha:g}/{plan.comparisons} = "
+             f"{plan.level:.4g}); Lan-DeMets O'Brien-Fleming-type alpha spending over n/"
+             f"{plan.cap}; z = Welch's t through its p-value"),
+            *looks, "comparisons: " + "; ".join(c.name for c in comparisons)]
+
+
+def _number(value: float) -> float | None:
+    """JSON has no NaN or infinity: None for those."""
+    return float(value) if np.isfinite(value) else None
+
+
+def _round_record(look: int, seeds: range, planned: Sequence[runner.PlannedJob], plan: Design,
+                  stats: Mapping[Comparison, dict], decisions: Mapping[Comparison, str]) -> dict:
+    return {"look": look, "runs_per_side": seeds.stop, "seeds": [seeds.start, seeds.stop - 1],
+            "jobs": len(planned), "boundary": plan.boundaries[look - 1],
+            "statistics": [{"comparison": c.name, "group": c.group, "curve": c.curve,
+                            "baseline": c.baseline, "n": s["n"], "diff": _number(s["diff"]),
+                            "p": _number(s["p"]), "z": _number(s["z"]),
+                            "decision": decisions[c],
+                            "direction": _direction(s) if decisions[c] == REJECTED else None}
+                           for c, s in stats.items()]}
+
+
+def final_decisions(record: dict) -> dict[str, dict]:
+    """Each comparison's last decision in ``record`` with the look that made it."""
+    final: dict[str, dict] = {}
+    for entry in record["rounds"]:
+        for stat in entry["statistics"]:
+            final[stat["comparison"]] = {"decision": stat["decision"],
+                                         "direction": stat["direction"], "look": entry["look"],
+                                         "runs_per_side": entry["runs_per_side"],
+                                         "z": stat["z"]}
+    return final
+
+
+def summary_lines(record: dict) -> list[str]:
+    """The section ``summary.md`` gets: the design, every round, the decisions, how to read
+    them beside the group reports."""
+    plan = record["design"]
+    lines = ["## Sequential seeds (--seeds auto)", "",
+             (f"Design: {plan['method']}. Family-wise error {plan['alpha']:g} over "
+              f"{plan['comparisons']} comparison(s), each at {plan['level_per_comparison']:.4g};"
+              f" looks after n runs per side, information fraction n / {plan['cap']}. "
+              "'rejected' = a difference (better or worse than the baseline), decided at "
+              "that look; 'continue' = the next round adds seeds to both curves; 'no "
+              "difference at the cap' = not rejected by the last look. "
+              f"{record['stopped']}."), "",
+             "| look | runs per side | boundary on abs(z) | error spent by then, one comparison |",
+             "|---:|---:|---:|---:|"]
+    lines += [f"| {k['look']} | {k['runs_per_side']} | {k['boundary']:.3f} | "
+              f"{k['alpha_spent']:.2g} |" for k in plan["looks"]]
+    lines += ["", ("| round | runs per side | comparison | difference of means | Welch z | "
+                   "decision |"), "|---:|---:|---|---:|---:|---|"]
+    for entry in record["rounds"]:
+        for s in entry["statistics"]:
+            diff = "" if s["diff"] is None else f"{s['diff']:+.3f}"
+            z = "" if s["z"] is None else f"{s['z']:+.2f}"
+            decision = s["decision"] + (f", {s['direction']}" if s["direction"] else "")
+            lines.append(f"| {entry['look']} | {s['n']} | {s['comparison']} | {diff} | {z} | "
+                         f"{decision} |")
+    lines += ["", "Decisions:", ""]
+    lines += [f"- {name}: {d['decision']}" + (f", {d['direction']}" if d["direction"] else "")
+              + f" (round {d['look']}, {d['runs_per_side']} runs per side)"
+              for name, d in final_decisions(record).items()]
+    return lines + ["", ("Each decision uses all seeds of its two curves up to its look. The "
+                         "group reports above pool the seeds every curve of a group has (the "
+                         "others are trimmed, with a note), and their Holm-corrected verdicts "
+                         "are fixed-sample tests on seeds the design chose: read them as "
+                         "descriptions; the decisions here carry the design's error bound."), ""]
+
+
+def _train(planned: Sequence[runner.PlannedJob], sweep: Sequence[str], stream: TextIO,
+           progress_every_s: float) -> list[runner.PlannedJob]:
+    """Launch the round's unfinished jobs (controllers first); returns the failed ones."""
+    pending = [p for p in planned if not p.completed]
+    failed: list[runner.PlannedJob] = []
+    for config in ("eval", "train"):
+        batch = [p for p in pending if p.job.config == config]
+        failed += runner.launch(batch, sweep, stream, progress_every_s)
+    for item in failed:
+        print(f"FAILED {runner._show(item.run_dir)}: {item.error}", file=stream)
+    print(f"trained {len(pending) - len(failed)}, skipped {len(planned) - len(pending)} "
+          f"(already completed), failed {len(failed)}", file=stream, flush=True)
+    return failed
+
+
+def _print_round_plan(planned: Sequence[runner.PlannedJob], stream: TextIO, workers: int) -> None:
+    for item in planned:
+        command = "plume-train" if item.job.config == "train" else "plume-eval"
+        print(f"  [{item.state or 'new'}] {command} {' '.join(item.args)}\n"
+              f"      -> {runner._show(item.run_dir)}", file=stream)
+    pending = [p for p in planned if not p.completed]
+    print(runner.estimated_runtime(pending, planned, workers), file=stream, flush=True)
+
+
+def _roles(planned: Mapping[Path, runner.PlannedJob]) -> dict[Path, tuple[str, str]]:
+    """The completed runs of the rounds so far with their (group, curve label)."""
+    return {run: (p.job.group, p.job.label) for run, p in planned.items()
+            if runner._read_state(run) == runner.COMPLETED}
+
+
+def run_auto(name: str, profile: str = "quick", workers: int = 2, root: str | Path = "runs",
+             out: str | Path = "reports", *, cap: int = 20, rounds: Sequence[int] | None = None,
+             dry_run: bool = False, overrides: Sequence[str] = (),
+             report_options: dict | None = None, hydra_overrides: Sequence[str] = (),
+             stream: TextIO | None = None, progress_every_s: float = 30.0) -> dict:
+    """The whole ``--seeds auto`` command; returns what ``runner.run`` returns, plus the
+    record of the rounds (``sequential``)."""
+    import sys
+
+    stream = stream or sys.stdout
+    figure, began = TRAINING_FIGURES[name], time.time()
+    comparisons = figure_comparisons(figure)
+    plan = design(looks_of(cap, rounds), cap, ALPHA, len(comparisons))
+    sweep = runner.launcher_overrides(hydra_overrides, workers)
+    print("\n".join(design_lines(plan, comparisons)), file=stream, flush=True)
+    decisions = {c: CONTINUE for c in comparisons}
+    record: dict = {"figure": name, "profile": profile, "design": plan.as_dict(),
+                    "comparisons": [c.name for c in comparisons], "rounds": [], "stopped": ""}
+    planned_all: dict[Path, runner.PlannedJob] = {}
+    failed: list[runner.PlannedJob] = []
+    previous = 0
+    for look, n in enumerate(plan.looks, 1):
+        seeds = range(previous, n)
+        jobs = round_jobs(name, profile, seeds, next_curves(comparisons, decisions), look == 1)
+        planned = runner.plan(jobs, root, overrides, sweep)
+        print(f"round {look}: seeds {seeds.start}-{seeds.stop - 1} of {len(planned)} job(s), "
+              f"{sum(p.completed for p in planned)} already completed; runs under "
+              f"{runner._show(Path(root))}", file=stream, flush=True)
+        if dry_run:
+            _print_round_plan(planned, stream, workers)
+            return {"jobs": planned, "completed": sum(p.completed for p in planned),
+                    "pending": sum(not p.completed for p in planned), "trained": 0,
+                    "failed": [], "artefacts": {}, "sequential": record}
+        failed = _train(planned, sweep, stream, progress_every_s)
+        planned_all.update({p.run_dir: p for p in planned})
+        if failed:
+            record["stopped"] = (f"Stopped in round {look}: {len(failed)} job(s) failed; a "
+                                 "re-run retries them and replays the rounds from the runs")
+            break
+        undecided = [c for c in comparisons if decisions[c] == CONTINUE]
+        stats = look_statistics(figure, undecided, _roles(planned_all), n)
+        now = decide_look(plan, look, stats)
+        decisions.update(now)
+        print(round_line(look, plan, stats, now), file=stream, flush=True)
+        record["rounds"].append(_round_record(look, seeds, planned, plan, stats, now))
+        previous = n
+        if CONTINUE not in decisions.values():
+            record["stopped"] = (f"Every comparison decided after round {look} ({n} runs per "
+                                 f"side at most; cap {cap})")
+            break
+    artefacts = _finish(name, planned_all, record, Path(out), report_options, overrides, stream)
+    print(f"finished {name} in {format_clock(time.time() - began)}", file=stream, flush=True)
+    done = [p for p in planned_all.values() if p.completed]
+    return {"jobs": list(planned_all.values()), "completed": len(done),
+            "pending": len(planned_all) - len(done), "trained": len(done), "failed": failed,
+            "artefacts": {name: artefacts}, "sequential": record}
+
+
+def _finish(name: str, planned: Mapping[Path, runner.PlannedJob], record: dict, out: Path,
+            report_options: dict | None, overrides: Sequence[str], stream: TextIO) -> dict:
+    """Draw the figure from every completed run of the rounds, then write the record into
+    ``sequential.json`` and a section of ``summary.md``."""
+    from experiments import figures as draw
+
+    roles = _roles(planned)
+    target = out / name
+    cache_dir = next((o.partition("=")[2] for o in overrides if o.startswith("paths.cache=")),
+                     None)
+    try:
+        artefacts = draw.render(name, roles, target, expected_runs=len(planned),
+                                report_options=report_options or {}, cache_dir=cache_dir)
+    except Exception as err:  # noqa: BLE001  (the record is written whatever the figure does)
+        artefacts = {"error": f"{type(err).__name__}: {err}"}
+        print(f"{name}: rendering FAILED: {artefacts['error']}", file=stream)
+    target.mkdir(parents=True, exist_ok=True)
+    record["decisions"] = final_decisions(record)
+    (target / SEQUENTIAL_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    summary = target / "summary.md"
+    fresh = "error" not in artefacts and summary.is_file()  # else one of an earlier command
+    text = summary.read_text() if fresh else f"# {name}\n"
+    summary.write_text(text.rstrip("\n") + "\n\n" + "\n".join(summary_lines(record)))
+    artefacts["sequential"] = target / SEQUENTIAL_FILE
+    artefacts["summary"] = summary
+    if "error" not in artefacts:
+        runner._print_artefacts(name, artefacts, len(planned), len(roles), stream)
+    return artefacts
