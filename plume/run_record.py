@@ -3,7 +3,7 @@ harness (which writes run directories), the report and the experiments (which re
 
 A run directory is any folder holding a ``status.json``:
 
-- ``status.json``: running / completed / failed, with error text and timings
+- ``status.json``: running / completed / failed / paused, with error text and timings
 - ``config.yaml``: the resolved config (``mode: emulation`` for plume-emulate's runs)
 - ``train.jsonl``: the training curve, one JSON object per update
 - ``eval.parquet``: one row per (progress point, test set, trace)
@@ -13,7 +13,8 @@ A run directory is any folder holding a ``status.json``:
 - ``exports.json``: the controller's exports (``plume-export``), each with its parity result
 
 A job whose status says ``running`` but whose process is gone reads as ``interrupted``
-(:func:`effective_state`).
+(:func:`effective_state`). A ``paused`` job stopped early on purpose (``train.stop_at``): like
+an interrupted one it is unfinished, is never pooled, and resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CHECKPOINT", "COMPLETED", "EVAL_TABLE", "EXPORTS", "FAILED", "HEARTBEAT_STALE_S",
-           "HYDRA_CONFIG", "INTERRUPTED", "RESOLVED_CONFIG", "RUNNING", "SAMPLER_TABLE",
+           "HYDRA_CONFIG", "INTERRUPTED", "PAUSED", "RESOLVED_CONFIG", "RUNNING", "SAMPLER_TABLE",
            "SCORE_FILE", "STATES", "STATUS", "TRAIN_LOG", "effective_state", "read_status"]
 
 STATUS = "status.json"
@@ -40,8 +41,10 @@ SCORE_FILE = "score.json"
 HYDRA_CONFIG = ".hydra/config.yaml"
 
 RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
-STATES = (COMPLETED, FAILED, RUNNING, INTERRUPTED)
-"""What a ``status.json`` may say, and ``interrupted`` (a running job whose process died)."""
+PAUSED = "paused"
+STATES = (COMPLETED, FAILED, RUNNING, PAUSED, INTERRUPTED)
+"""What a ``status.json`` may say (``paused``: stopped at ``train.stop_at``, to be resumed), and
+``interrupted`` (a running job whose process died)."""
 HEARTBEAT_STALE_S = 600.0
 """A ``running`` job whose heartbeat is older than this (seconds) reads as interrupted, also
 when it ran on another host (a SLURM node) where its pid cannot be checked."""

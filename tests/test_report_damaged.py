@@ -136,8 +136,8 @@ STATUS_DAMAGE = {
     "status_fifo": (lambda r: _replace(r / "status.json", os.mkfifo),
                     "status.json: is not a regular file"),
     "state_unknown": (lambda r: _status(r, '{"state": "done"}'),
-                      ("status.json: unknown state 'done' (expected completed, failed, running "
-                      "or interrupted)")),
+                      ("status.json: unknown state 'done' (expected completed, failed, running, "
+                      "paused or interrupted)")),
     "state_missing": (lambda r: _status(r, '{"error": null}'), "status.json: no state"),
     "elapsed_text": (lambda r: _status(r, '{"state": "completed", "elapsed_s": "1.5"}'),
                      "status.json: elapsed_s is a string ('1.5'), not a number"),

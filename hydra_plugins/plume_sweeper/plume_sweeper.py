@@ -124,17 +124,27 @@ class PlumeSweeper(Sweeper):
 
     def _launcher(self, config: DictConfig) -> Launcher:
         assert self.hydra_context is not None and self.task_function is not None
-        return Plugins.instance().instantiate_launcher(
-            hydra_context=self.hydra_context, task_function=self.task_function, config=config)
+        return make_launcher(self.hydra_context, self.task_function, config)
 
     def _compose(self, overrides: list[str]) -> Any:
         """A job's config without Hydra's node, as the job will see it."""
         assert self.hydra_context is not None
-        cfg = self.hydra_context.config_loader.load_sweep_config(
-            master_config=self.config, sweep_overrides=overrides)
-        with_hydra = OmegaConf.to_container(cfg, resolve=False)
-        with_hydra.pop("hydra", None)
-        return OmegaConf.create(with_hydra)
+        return without_hydra(self.hydra_context.config_loader.load_sweep_config(
+            master_config=self.config, sweep_overrides=overrides))
+
+
+def make_launcher(hydra_context: HydraContext, task_function: TaskFunction,
+                  config: DictConfig) -> Launcher:
+    """The launcher ``config`` chooses (``hydra/launcher``), set up for ``task_function``."""
+    return Plugins.instance().instantiate_launcher(
+        hydra_context=hydra_context, task_function=task_function, config=config)
+
+
+def without_hydra(cfg: DictConfig) -> DictConfig:
+    """A composed job config without Hydra's node: what the job's checks and the job see."""
+    with_hydra = OmegaConf.to_container(cfg, resolve=False)
+    with_hydra.pop("hydra", None)
+    return OmegaConf.create(with_hydra)
 
 
 def product_jobs(overrides: Sequence[Override]) -> list[list[str]]:

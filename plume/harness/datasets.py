@@ -7,6 +7,7 @@ own test split unless ``env.test_sets`` names other sets: never silently on synt
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,28 @@ def load_test_sets(spec: EnvSpec, env: Any, params: Any) -> dict[str, TraceSet]:
         logging.getLogger("plume").info(
             "test set %s", describe_test_set(spec, dataset, env.trace_format))
     return test_sets
+
+
+VALIDATION = "validation"
+"""The test set name of the traces ``train.validation`` holds out (in eval.parquet and logs)."""
+
+
+def validation_split(traces: TraceSet, fraction: float) -> tuple[TraceSet, TraceSet]:
+    """``(train, validation)``: the ``round(fraction * n)`` traces (at least one) whose trace id
+    has the smallest sha256 are held out, each part in the traces' order. The rule reads only
+    the ids, so the split is the same for every seed and any order of the traces; a fraction
+    that leaves no trace on either side is a ConfigError naming ``train.validation``."""
+    if not 0 < fraction < 1:
+        raise ConfigError(f"train.validation must be in (0, 1) to hold traces out, got {fraction}")
+    n = len(traces)
+    held = max(1, round(fraction * n))
+    if held >= n:
+        raise ConfigError(f"train.validation={fraction}: holding out {held} of the {n} training "
+                          f"traces of {traces.name} leaves none to train on")
+    digests = [hashlib.sha256(str(i).encode()).hexdigest() for i in traces.trace_ids]
+    chosen = set(sorted(range(n), key=lambda i: digests[i])[:held])
+    return (traces.subset([i for i in range(n) if i not in chosen], name=traces.name),
+            traces.subset(sorted(chosen), name=f"{traces.name}[{VALIDATION}]"))
 
 
 def make_env(spec: EnvSpec, traces: TraceSet, n_envs: int | None, sampler, *, mode: str,

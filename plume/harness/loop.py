@@ -35,18 +35,22 @@ log = logging.getLogger("plume")
 
 @dataclass
 class Schedule:
-    """The budget, the progress points to evaluate at (fractions of it, in order), and what
-    every checkpoint records besides the state (the job's seed and config fingerprint)."""
+    """The budget, the progress points to evaluate at (fractions of it, in order), what
+    every checkpoint records besides the state (the job's seed and config fingerprint), and
+    ``stop_at``: the job pauses after its first evaluation at or past this progress (1: never),
+    to be resumed from that evaluation's checkpoint by a later run with a larger one."""
 
     total_steps: int
     points: list[float]
     checkpoint_fields: dict[str, Any] = field(default_factory=dict)
+    stop_at: float = 1.0
 
     @classmethod
     def evenly(cls, total_steps: int, eval_points: int, at_start: bool = False,
-               **checkpoint_fields: Any) -> Schedule:
+               stop_at: float = 1.0, **checkpoint_fields: Any) -> Schedule:
         points = [k / eval_points for k in range(1, eval_points + 1)]
-        return cls(total_steps, [0.0, *points] if at_start else points, checkpoint_fields)
+        return cls(total_steps, [0.0, *points] if at_start else points, checkpoint_fields,
+                   stop_at)
 
 
 class TrainingLoop:
@@ -60,13 +64,20 @@ class TrainingLoop:
         self.session, self.traces, self.rundir, self.tracker = session, traces, rundir, tracker
         self.schedule, self.progress = schedule, progress
         self.eval_frames = list(eval_frames or [])
+        self.evaluated = max((float(f["progress"].max()) for f in self.eval_frames
+                              if not f.empty), default=-1.0)  # the last progress evaluated
         self.started = time.time()
         monitor.observe(self.after_step)
 
     def run(self) -> dict[str, Any]:
-        """Train to each evaluation point in turn, evaluate there, and summarise."""
+        """Train to each evaluation point in turn, evaluate there, and summarise; the summary
+        has ``paused_at`` (the last progress evaluated) when ``stop_at`` ended the job early."""
         total = self.schedule.total_steps
+        paused_at = None
         for progress in self.schedule.points:
+            if self.evaluated >= self.schedule.stop_at - 1e-9:  # a rung typed as 0.3 = 3/10
+                paused_at = self.evaluated
+                break
             target = math.ceil(progress * total)
             if 0 < progress < 1 and target <= self.agent.env_steps:
                 log.info("no evaluation at progress %g: the learner's last update already "
@@ -81,12 +92,15 @@ class TrainingLoop:
             self.evaluate(progress, int(self.agent.env_steps))
         env_steps = int(self.agent.env_steps)
         self.progress.close()
+        last = self.eval_frames[-1]
         summary = {
             "env_steps": env_steps,
             "train_seconds": round(time.time() - self.started, 2),
             "steps_per_s": round(self.progress.rate(env_steps), 1),
             **self.session.summary(),
-            **{k: round(v, 6) for k, v in eval_scores(self.eval_frames[-1]).items()},
+            **{k: round(v, 6) for k, v in eval_scores(
+                last[last["progress"] == last["progress"].max()]).items()},
+            **({} if paused_at is None else {"paused_at": paused_at}),
         }
         self.tracker.summarise(summary)
         return summary
@@ -113,6 +127,7 @@ class TrainingLoop:
         started = time.time()
         frame = self.evaluator.evaluate(self.greedy, progress=progress, env_steps=env_steps)
         self.eval_frames.append(frame)
+        self.evaluated = progress
         self.rundir.write_table(EVAL_TABLE, pd.concat(self.eval_frames, ignore_index=True))
         weights = self.session.weights_at(progress, env_steps)
         if not weights.empty:

@@ -18,7 +18,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from plume.harness.datasets import is_builtin, load_checked, load_test_sets, make_env
+from plume.harness.datasets import (
+    VALIDATION,
+    is_builtin,
+    load_checked,
+    load_test_sets,
+    make_env,
+    validation_split,
+)
 from plume.harness.errors import ConfigError
 from plume.harness.schema import (
     JobConfig,
@@ -84,16 +91,23 @@ def check_analyze(cfg: DictConfig):
 
 def load_inputs(job: JobConfig) -> JobInputs:
     """The train split and the test sets of ``job``, loaded and checked once per process for
-    the same files (the callback's check and the job that follows share them)."""
+    the same files (the callback's check and the job that follows share them). With
+    ``train.validation`` the test set is the held-out part of the train split
+    (:func:`~plume.harness.datasets.validation_split`) and no test set is read at all."""
     spec, env, params = job.env_spec, job.env, job.env_params
+    fraction = job.train.validation
+    test_sets = [] if fraction > 0 else list(env.test_sets)
 
     def load() -> tuple[TraceSet, dict[str, TraceSet]]:
         train = load_checked(spec, env, env.dataset, "train", params)
+        if fraction > 0:
+            train, held_out = validation_split(train, fraction)
+            return train, {VALIDATION: held_out}
         return train, load_test_sets(spec, env, params)
 
-    key = ("train", spec.name, env.dataset, tuple(env.test_sets), env.trace_format,
+    key = ("train", spec.name, env.dataset, tuple(test_sets), fraction, env.trace_format,
            env.max_padded_samples, repr(params))
-    return JobInputs(job, *_cached(key, spec, [env.dataset, *env.test_sets], load))
+    return JobInputs(job, *_cached(key, spec, [env.dataset, *test_sets], load))
 
 
 _LAST: dict[str, Any] = {}

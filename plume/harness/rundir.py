@@ -29,6 +29,7 @@ from plume.run_record import (  # noqa: F401  (the names harness modules import 
     FAILED,
     HEARTBEAT_STALE_S,
     INTERRUPTED,
+    PAUSED,
     RESOLVED_CONFIG,
     RUNNING,
     SAMPLER_TABLE,

@@ -28,6 +28,10 @@ class TrainSection:
     eval_at_start: bool = True
     torch_threads: int = 1
     progress_every_s: float = 10.0
+    # Fraction of the training traces held out as the test set ``validation`` (0: none).
+    validation: float = 0.0
+    # Stop (state ``paused``) after the first evaluation at or past this fraction of the budget.
+    stop_at: float = 1.0
 
 
 @dataclass
@@ -160,8 +164,13 @@ def validate(cfg: DictConfig) -> JobConfig:
         raise ConfigError(f"train.eval_points must be >= 1, got {train.eval_points}")
     if train.torch_threads < 1:
         raise ConfigError(f"train.torch_threads must be >= 1, got {train.torch_threads}")
+    if not 0 <= train.validation < 1:
+        raise ConfigError(f"train.validation must be a fraction in [0, 1), got {train.validation}")
+    if not 0 < train.stop_at <= 1:
+        raise ConfigError(f"train.stop_at must be a fraction in (0, 1], got {train.stop_at}")
 
-    env, spec, env_params = env_section(cfg.get("env"))
+    # train.validation > 0: the held-out traces are the only test set, env.test_sets is unread
+    env, spec, env_params = env_section(cfg.get("env"), test_sets=train.validation == 0)
 
     algo_name, algo, algo_default = algo_section(cfg.get("algo"), spec, env_params)
 
@@ -345,9 +354,10 @@ def resolve_sampler_defaults(cfg: DictConfig, job: JobConfig) -> None:
                 cfg.sampler[key] = options[key]
 
 
-def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
+def env_section(node: Any, test_sets: bool = True) -> tuple[EnvSection, Any, Any]:
     """The generic ``env`` keys, the environment's EnvSpec and its own checked params; every
-    dataset named is checked to exist (and to be readable by its trace format)."""
+    dataset named is checked to exist (and to be readable by its trace format). With
+    ``test_sets=False`` (a validation run) ``env.test_sets`` is neither checked nor kept."""
     from plume.envs.registry import get_env
 
     if node is None:
@@ -372,12 +382,15 @@ def env_section(node: Any) -> tuple[EnvSection, Any, Any]:
     if env.max_padded_samples is not None and env.max_padded_samples < 1:
         raise ConfigError(f"env.max_padded_samples must be >= 1 or null, got "
                           f"{env.max_padded_samples}")
-    if env.test_sets is not None and not env.test_sets:
+    if test_sets and env.test_sets is not None and not env.test_sets:
         raise ConfigError("env.test_sets is empty: name at least one test set (or null for "
                           "the dataset's own test split)")
     if env.dataset is None:
         env.dataset = spec.default_dataset(params)
     check_dataset(spec, env.dataset, env.trace_format, key="env.dataset")
+    if not test_sets:
+        env.test_sets = []
+        return env, spec, params
     if env.test_sets is None:
         env.test_sets = default_test_sets(spec, env.dataset)
     for i, name in enumerate(env.test_sets):

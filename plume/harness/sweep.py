@@ -53,20 +53,25 @@ class SweepOutcome:
             passed.append(overrides)
         return passed
 
-    def collect(self, batch: Sequence[Sequence[str]], results: Sequence[Any]) -> None:
-        """Count the launcher's results (Hydra ``JobReturn``) of ``batch``."""
+    def collect(self, batch: Sequence[Sequence[str]], results: Sequence[Any]) -> list[str | None]:
+        """Count the launcher's results (Hydra ``JobReturn``) of ``batch``; per job, None when
+        it completed, else its one line (a sweeper that decides per job reads them)."""
+        lines: list[str | None] = []
         for overrides, result in zip(batch, results):
             try:
                 with contextlib.redirect_stderr(io.StringIO()):  # Hydra's "Error executing
                     _ = result.return_value  # job" line; raises what the job raised
             except JobRefused as err:
-                self._note(self.refused, overrides, "refused", err)
+                lines.append(self._note(self.refused, overrides, "refused", err))
             except Exception as err:  # noqa: BLE001 (a bug in a job: reported, others go on)
                 where = _run_dir(result)
-                self._note(self.failed, overrides, "failed", err, f" (traceback in {where}/"
-                           "status.json)" if where else "", kind=True)
+                lines.append(self._note(self.failed, overrides, "failed", err,
+                                        f" (traceback in {where}/status.json)" if where else "",
+                                        kind=True))
             else:
                 self.completed += 1
+                lines.append(None)
+        return lines
 
     def finish(self) -> int:
         """Print the summary line; the exit code the command should end with."""
@@ -78,7 +83,7 @@ class SweepOutcome:
         return code
 
     def _note(self, into: list[str], overrides, verb: str, err: BaseException,
-              suffix: str = "", kind: bool = False) -> None:
+              suffix: str = "", kind: bool = False) -> str:
         job = " ".join(o for o in overrides if o.partition("=")[0].lstrip("+~") in self.swept)
         reason = f"{type(err).__name__}: {err}" if kind else str(err)
         named = f" [{job}]" if job else ""
@@ -87,6 +92,7 @@ class SweepOutcome:
         print(line, file=sys.stderr, flush=True)
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             traceback.print_exception(err)
+        return line
 
 
 def refuse(app: str, err: Exception, mode: RunMode | None) -> NoReturn:

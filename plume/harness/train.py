@@ -31,7 +31,7 @@ from plume.agents.base import NonFiniteTraining
 from plume.harness import snapshot, sweep
 from plume.harness.anchors import SCORE_FILE, controller_trace_scores, score_description
 from plume.harness.configdir import CONF_DIR
-from plume.harness.datasets import make_env
+from plume.harness.datasets import VALIDATION, make_env
 from plume.harness.evaluation import Evaluator
 from plume.harness.loop import Schedule, TrainingLoop
 from plume.harness.monitor import TrainingMonitor
@@ -41,6 +41,7 @@ from plume.harness.rundir import (
     COMPLETED,
     EVAL_TABLE,
     FAILED,
+    PAUSED,
     RESOLVED_CONFIG,
     RUNNING,
     SAMPLER_TABLE,
@@ -166,9 +167,15 @@ def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
         raise
     finally:
         tracker.finish(exit_code)
-    rundir.write_status(COMPLETED, finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    paused = summary.get("paused_at") is not None
+    rundir.write_status(PAUSED if paused else COMPLETED,
+                        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         elapsed_s=round(time.time() - started, 3), wandb_run=tracker.location,
                         summary=summary)
+    if paused:
+        log.info("paused at progress %g (train.stop_at=%g): the same command with a larger "
+                 "train.stop_at resumes it from its checkpoint", summary["paused_at"],
+                 job.train.stop_at)
     log.info("results: %s (status.json, train.jsonl, eval.parquet, sampler.parquet, "
              "checkpoint.pt)", rundir.path)
     if tracker.location:
@@ -222,9 +229,14 @@ def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker,
     rundir.write_json(SCORE_FILE, score_description(spec, params, evaluator,
                                                     Path(job.paths.cache)))
     schedule = Schedule.evenly(job.train.total_steps, job.train.eval_points,
-                               job.train.eval_at_start, seed=job.seed, fingerprint=fingerprint)
+                               job.train.eval_at_start, job.train.stop_at, seed=job.seed,
+                               fingerprint=fingerprint)
     progress = Progress(job.train.total_steps, 0, job.train.progress_every_s, spec.score.unit)
     session.start_counting()
+    if job.train.validation > 0:
+        log.info("train.validation=%g: evaluating on %d held-out training traces (test set "
+                 "'validation'); env.test_sets is ignored, no test set is read",
+                 job.train.validation, len(test_sets[VALIDATION]))
     log.info(
         "training %s on %s (%d traces) in env=%s with sampler=%s, %s env steps, seed %d -> %s",
         job.algo_name, traces.name, len(traces), spec.name, job.sampler_name,
@@ -271,7 +283,7 @@ def resumed_loop(loop: TrainingLoop, job: JobConfig, seed: int,
     loop.progress.restart_clock(env_steps)
     schedule = Schedule(loop.schedule.total_steps,
                         [p for p in loop.schedule.points if p > done],
-                        loop.schedule.checkpoint_fields)
+                        loop.schedule.checkpoint_fields, loop.schedule.stop_at)
     evaluations = _rows_up_to(rundir, EVAL_TABLE, done)
     return TrainingLoop(agent, monitor, loop.evaluator, session, loop.traces, rundir,
                         loop.tracker, schedule, loop.progress,
@@ -302,13 +314,16 @@ def _fingerprint(cfg: DictConfig) -> str:
     """Hash of everything that decides what a job trains (not where or how it logs)."""
     import hashlib
 
+    # train.stop_at is not here: a paused job resumed with a larger one is the same job
     keys = ["env", "algo", "sampler", "analysis", "seed", "train.total_steps", "train.eval_points",
-            "train.eval_at_start"]
+            "train.eval_at_start", "train.validation"]
     def resolved(key: str) -> Any:  # in place: a sampler key may read ${train.total_steps}
         node = OmegaConf.select(cfg, key)
         return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
     chosen = {key: resolved(key) for key in keys}
+    if not chosen["train.validation"]:  # 0: the hash of runs made before the key existed
+        del chosen["train.validation"]
     return hashlib.sha256(repr(sorted(chosen.items())).encode()).hexdigest()[:16]
 
 

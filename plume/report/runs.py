@@ -120,9 +120,10 @@ class RunInventory:
     """Every run directory found under the scanned paths.
 
     ``runs`` has one row per run directory (columns ``INVENTORY_COLUMNS``): state is
-    ``completed``, ``failed``, ``running``, ``interrupted`` (a running job whose process is
-    gone) or ``broken`` (a run file is unreadable or malformed, or a completed run lacks its
-    ``eval.parquet``; ``error`` says which file and why). ``files`` keeps what was read per
+    ``completed``, ``failed``, ``running``, ``paused`` (stopped at ``train.stop_at``, never
+    pooled), ``interrupted`` (a running job whose process is gone) or ``broken`` (a run file
+    is unreadable or malformed, or a completed run lacks its ``eval.parquet``; ``error`` says
+    which file and why). ``files`` keeps what was read per
     run directory, so ``load_scores`` reads nothing twice."""
 
     runs: pd.DataFrame
