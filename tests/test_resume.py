@@ -107,6 +107,9 @@ def _wait_for(predicate, timeout_s: float) -> bool:
     return False
 
 
+# ~28 s; the exact-resume matrix above and tests/test_tune.py's killed study cover a kill and a
+# rerun in the default suite: this one adds kills at random moments (inside a checkpoint write).
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_bytes(tmp_path):
     overrides = [*TINY, "logger=none", "sampler=plume_dynamic", "train.total_steps=16384",
                  "train.eval_points=4"]

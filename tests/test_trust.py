@@ -372,6 +372,9 @@ def test_the_floating_point_path_is_the_pinned_one():
     assert os.environ["MKL_CBWR"] == "COMPATIBLE" and torch.get_num_threads() >= 1
 
 
+# ~27 s: the default suite runs the reproduction tests on the AVX2 path every time; this
+# second pass on SSE-level kernels is for a new machine or toolchain (-m slow).
+@pytest.mark.slow
 def test_the_reproduction_tests_pass_on_baseline_kernels_too():
     """This session runs them on AVX2 kernels (tests/conftest.py); a second process runs them
     on SSE-level kernels of numpy, torch and oneDNN: both match the one recorded reference."""
