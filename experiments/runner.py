@@ -176,15 +176,21 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
     from plume.harness.schema import validate
 
     checks = {"train": validate, "eval": check_controller}
-    planned = []
+    planned, composed = [], {}
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             for job in jobs:
                 args = job.args(root, extra)
-                cfg = compose(job.config, overrides=[*hydra_overrides, *args],
-                              return_hydra_config=True)
-                checked = checks[job.config](cfg)
+                # The seeds of one configuration differ only in the seed, which is out of the
+                # folder name but its last part: composed and checked once, not once per seed.
+                key = (job.config, tuple(a for a in args if not a.startswith("seed=")))
+                if key not in composed:
+                    cfg = compose(job.config, overrides=[*hydra_overrides, *args],
+                                  return_hydra_config=True)
+                    composed[key] = (cfg, checks[job.config](cfg))
+                cfg, checked = composed[key]
+                cfg.seed = int([a for a in args if a.startswith("seed=")][-1].partition("=")[2])
                 run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
                 state = _read_state(run_dir)
                 if cfg.get("overwrite") and state == COMPLETED:
