@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from plume.emulation.link import LinkSpec
-from plume.emulation.netns import ADDRESSES, NamespacePair, die_with_parent, stop_all
+from plume.emulation.netns import ADDRESSES, NamespacePair, emulation_child, stop_all
 
 __all__ = ["Emulator", "LinkSpec"]
 
@@ -58,7 +58,7 @@ class Emulator:
         self._link = subprocess.Popen(
             [sys.executable, "-c", "from plume.emulation.link import main; main()",
              str(folder / "spec.json"), *map(str, fds)], pass_fds=fds,
-            preexec_fn=die_with_parent)
+            preexec_fn=emulation_child)
 
     @staticmethod
     def address(side: str) -> str:
@@ -81,7 +81,7 @@ class Emulator:
     def run(self, side: str, argv: Sequence[str], timeout: float, **kwargs):
         """Run ``argv`` in ``side``'s namespace to completion (``subprocess.run`` semantics)."""
         return subprocess.run(self._pair.sides[side].command(argv), timeout=timeout,
-                              preexec_fn=die_with_parent, **kwargs)
+                              preexec_fn=emulation_child, **kwargs)
 
     def close(self) -> None:
         """Stop the applications, then the link (its counters are read), then the

@@ -29,7 +29,7 @@ from plume.emulation.link import LinkSpec
 from plume.emulation.netns import (
     EmulationUnavailable,
     Side,
-    die_with_parent,
+    emulation_child,
     start_anchor,
     stop_all,
 )
@@ -121,14 +121,14 @@ class MahimahiShell:
                                    "--clear-groups", *shells])
 
     def popen(self, side: str, argv: Sequence[str], **kwargs) -> subprocess.Popen:
-        process = subprocess.Popen(self._argv(side, argv), preexec_fn=die_with_parent,
+        process = subprocess.Popen(self._argv(side, argv), preexec_fn=emulation_child,
                                    **kwargs)
         self._apps.append(process)
         return process
 
     def run(self, side: str, argv: Sequence[str], timeout: float, **kwargs):
         return subprocess.run(self._argv(side, argv), timeout=timeout,
-                              preexec_fn=die_with_parent, **kwargs)
+                              preexec_fn=emulation_child, **kwargs)
 
     def close(self) -> None:
         stop_all(self._apps)
