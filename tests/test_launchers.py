@@ -256,6 +256,9 @@ def test_job_isolation_seeds_global_rngs_and_sets_threads():
 # --- launchers end to end -----------------------------------------------------------------------
 
 
+# ~16 s: submitit's local executor end to end; the SLURM test below checks what the submitit
+# plugin makes of its keys, and joblib runs every figure test in the default suite.
+@pytest.mark.slow
 def test_a_submitit_local_sweep_of_two_jobs_completes(tmp_path):
     planned = tiny_jobs(2, tmp_path / "runs")
     failed = runner.launch(planned, runner.launcher_overrides(["hydra/launcher=submitit_local"],
