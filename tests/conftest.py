@@ -69,13 +69,6 @@ TINY = [
 ]
 
 
-def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto`` (pyproject's default): one worker more than the cores this process may use.
-    Many tests wait rather than compute (emulated links in real time, polling a subprocess's
-    files), and the extra worker fills the cores meanwhile."""
-    return len(os.sched_getaffinity(0)) + 1
-
-
 @pytest.fixture(autouse=True)
 def _wandb_sandbox(tmp_path_factory, monkeypatch):
     """W&B writes its settings and caches into a temp dir and never goes online."""

@@ -21,7 +21,8 @@ from tests.conftest import TINY
 
 
 def _tiny(tmp_path, *extra):
-    return [*TINY, "logger=none", f"paths.cache={tmp_path / 'cache'}", *extra]
+    """TINY (its stage 1-2 cache shared by the session) without a tracker."""
+    return [*TINY, "logger=none", *extra]
 
 
 def test_plume_static_gives_each_cluster_equal_mass(compose_cfg, tmp_path):
@@ -52,8 +53,8 @@ def test_plume_dynamic_logs_every_recompute_and_checkpoints_its_state(compose_cf
 
 def test_the_analysis_is_computed_once_and_shared(compose_cfg, tmp_path):
     for seed in (0, 1):
-        run_job(compose_cfg(*_tiny(tmp_path, "sampler=cluster_uniform", f"seed={seed}")),
-                tmp_path / f"run{seed}")
+        run_job(compose_cfg(*_tiny(tmp_path, "sampler=cluster_uniform", f"seed={seed}",
+                                   f"paths.cache={tmp_path / 'cache'}")), tmp_path / f"run{seed}")
     cached = sorted((tmp_path / "cache").iterdir())
     assert [p.suffix for p in cached] == [".json", ".lock", ".npz"]  # one entry, its lock
 
