@@ -25,6 +25,7 @@ SQLite storage breaks under SQLAlchemy 2. Built on Hydra's public plugin API onl
 import fcntl
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional
@@ -205,8 +206,11 @@ class PlumeOptunaSweeper(Sweeper):
 
         assert self.hydra_context is not None and self.config is not None
         try:
-            return self.hydra_context.config_loader.load_sweep_config(
-                master_config=self.config, sweep_overrides=list(overrides))
+            with warnings.catch_warnings():  # Hydra 1.3's schema-matching deprecation, per job
+                warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/\w+' is "
+                                        "validated against ConfigStore schema")
+                return self.hydra_context.config_loader.load_sweep_config(
+                    master_config=self.config, sweep_overrides=list(overrides))
         except HydraException as err:
             raise ConfigError(" ".join(str(err).split())) from None
 
