@@ -246,36 +246,6 @@ def summary_lines(record: dict) -> list[str]:
                          "descriptions; the decisions here carry the design's error bound."), ""]
 
 
-def _train(planned: Sequence[runner.PlannedJob], sweep: Sequence[str], stream: TextIO,
-           progress_every_s: float) -> list[runner.PlannedJob]:
-    """Launch the round's unfinished jobs (controllers first); returns the failed ones."""
-    pending = [p for p in planned if not p.completed]
-    failed: list[runner.PlannedJob] = []
-    for config in ("eval", "train"):
-        batch = [p for p in pending if p.job.config == config]
-        failed += runner.launch(batch, sweep, stream, progress_every_s)
-    for item in failed:
-        print(f"FAILED {runner._show(item.run_dir)}: {item.error}", file=stream)
-    print(f"trained {len(pending) - len(failed)}, skipped {len(planned) - len(pending)} "
-          f"(already completed), failed {len(failed)}", file=stream, flush=True)
-    return failed
-
-
-def _print_round_plan(planned: Sequence[runner.PlannedJob], stream: TextIO, workers: int) -> None:
-    for item in planned:
-        command = "plume-train" if item.job.config == "train" else "plume-eval"
-        print(f"  [{item.state or 'new'}] {command} {' '.join(item.args)}\n"
-              f"      -> {runner._show(item.run_dir)}", file=stream)
-    pending = [p for p in planned if not p.completed]
-    print(runner.estimated_runtime(pending, planned, workers), file=stream, flush=True)
-
-
-def _roles(planned: Mapping[Path, runner.PlannedJob]) -> dict[Path, tuple[str, str]]:
-    """The completed runs of the rounds so far with their (group, curve label)."""
-    return {run: (p.job.group, p.job.label) for run, p in planned.items()
-            if runner._read_state(run) == runner.COMPLETED}
-
-
 def run_auto(name: str, profile: str = "quick", workers: int = 2, root: str | Path = "runs",
              out: str | Path = "reports", *, cap: int = 20, rounds: Sequence[int] | None = None,
              dry_run: bool = False, overrides: Sequence[str] = (),
@@ -303,20 +273,20 @@ def run_auto(name: str, profile: str = "quick", workers: int = 2, root: str | Pa
         planned = runner.plan(jobs, root, overrides, sweep)
         print(f"round {look}: seeds {seeds.start}-{seeds.stop - 1} of {len(planned)} job(s), "
               f"{sum(p.completed for p in planned)} already completed; runs under "
-              f"{runner._show(Path(root))}", file=stream, flush=True)
+              f"{runner.show(Path(root))}", file=stream, flush=True)
         if dry_run:
-            _print_round_plan(planned, stream, workers)
+            runner.print_plan(planned, stream, workers)
             return {"jobs": planned, "completed": sum(p.completed for p in planned),
                     "pending": sum(not p.completed for p in planned), "trained": 0,
                     "failed": [], "artefacts": {}, "sequential": record}
-        failed = _train(planned, sweep, stream, progress_every_s)
+        failed = runner.train_pending(planned, sweep, stream, progress_every_s)
         planned_all.update({p.run_dir: p for p in planned})
         if failed:
             record["stopped"] = (f"Stopped in round {look}: {len(failed)} job(s) failed; a "
                                  "re-run retries them and replays the rounds from the runs")
             break
         undecided = [c for c in comparisons if decisions[c] == CONTINUE]
-        stats = look_statistics(figure, undecided, _roles(planned_all), n)
+        stats = look_statistics(figure, undecided, runner.completed_roles(list(planned_all.values())), n)
         now = decide_look(plan, look, stats)
         decisions.update(now)
         print(round_line(look, plan, stats, now), file=stream, flush=True)
@@ -340,7 +310,7 @@ def _finish(name: str, planned: Mapping[Path, runner.PlannedJob], record: dict, 
     ``sequential.json`` and a section of ``summary.md``."""
     from experiments import figures as draw
 
-    roles = _roles(planned)
+    roles = runner.completed_roles(list(planned.values()))
     target = out / name
     cache_dir = next((o.partition("=")[2] for o in overrides if o.startswith("paths.cache=")),
                      None)
@@ -360,5 +330,5 @@ def _finish(name: str, planned: Mapping[Path, runner.PlannedJob], record: dict, 
     artefacts["sequential"] = target / SEQUENTIAL_FILE
     artefacts["summary"] = summary
     if "error" not in artefacts:
-        runner._print_artefacts(name, artefacts, len(planned), len(roles), stream)
+        runner.print_artefacts(name, artefacts, len(planned), len(roles), stream)
     return artefacts

@@ -192,7 +192,7 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
                 cfg, checked = composed[key]
                 cfg.seed = int([a for a in args if a.startswith("seed=")][-1].partition("=")[2])
                 run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir"))
-                state = _read_state(run_dir)
+                state = read_state(run_dir)
                 if cfg.get("overwrite") and state == COMPLETED:
                     state = "overwrite"
                 train = job.config == "train"
@@ -205,12 +205,12 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
     return planned
 
 
-def _read_state(run_dir: Path) -> str | None:
+def read_state(run_dir: Path) -> str | None:
     """The state its ``status.json`` records (None when the job never started)."""
     return (read_status(run_dir) or {}).get("state")
 
 
-def _show(path: Path) -> str:
+def show(path: Path) -> str:
     """``path`` relative to the working directory when it is below it."""
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
@@ -331,7 +331,7 @@ def _failures(pending: Sequence[PlannedJob], app: str, stderr: Sequence[str], co
         print(f"the launcher stopped: {stopped}", file=stream)
     failed = []
     for item, line in zip(pending, said):
-        item.state = _read_state(item.run_dir)
+        item.state = read_state(item.run_dir)
         if item.completed:
             continue
         item.error = (_status_error(item.run_dir) or line or stopped
@@ -454,7 +454,7 @@ class SweepProgress:
 
     def line(self) -> str:
         """The current line (also its own test seam)."""
-        states = [_read_state(item.run_dir) for item in self.items]
+        states = [read_state(item.run_dir) for item in self.items]
         done = sum(state == COMPLETED for state in states)
         failed = sum(state == FAILED for state in states)
         running = [i for i, state in enumerate(states) if state == RUNNING]
@@ -476,6 +476,42 @@ class SweepProgress:
         return (f"[{done:>{width}}/{len(self.items)}] jobs done, {failed} failed, "
                 f"{len(running)} running | {steps:,}/{total:,} env steps | "
                 f"elapsed {format_clock(time.time() - self.started)} | eta {format_clock(eta)}")
+
+
+def print_plan(planned: Sequence[PlannedJob], stream: TextIO, workers: int) -> None:
+    """``--dry-run``: every job with its state and run directory, then the runtime estimate."""
+    for item in planned:
+        command = "plume-train" if item.job.config == "train" else "plume-eval"
+        print(f"  [{item.state or 'new'}] {command} {' '.join(item.args)}\n"
+              f"      -> {show(item.run_dir)}", file=stream)
+    pending = [p for p in planned if not p.completed]
+    print(estimated_runtime(pending, planned, workers), file=stream, flush=True)
+
+
+def train_pending(planned: Sequence[PlannedJob], sweep: Sequence[str], stream: TextIO,
+                  progress_every_s: float) -> list[PlannedJob]:
+    """Launch the jobs of ``planned`` not yet completed, the controllers first (seconds
+    each), say which failed and what was trained; returns the failed ones."""
+    began = time.time()
+    pending = [p for p in planned if not p.completed]
+    failed: list[PlannedJob] = []
+    for config in ("eval", "train"):
+        batch = [p for p in pending if p.job.config == config]
+        failed += launch(batch, sweep, stream, progress_every_s)
+    for item in failed:
+        print(f"FAILED {show(item.run_dir)}: {item.error}\n"
+              f"    {STATUS} and train.log in that directory", file=stream)
+    print(f"trained {len(pending) - len(failed)}, skipped {len(planned) - len(pending)} "
+          f"(already completed), failed {len(failed)}; training took "
+          f"{format_clock(time.time() - began)}", file=stream, flush=True)
+    return failed
+
+
+def completed_roles(planned: Sequence[PlannedJob]) -> dict[Path, tuple[str, str]]:
+    """The completed runs among ``planned`` with their (group, curve label): what a figure
+    draws."""
+    return {p.run_dir: (p.job.group, p.job.label) for p in planned
+            if read_state(p.run_dir) == COMPLETED}
 
 
 DEFAULT_STEPS_PER_S = 8_000.0
@@ -544,14 +580,10 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
     pending = [p for p in planned if not p.completed]
     print(f"{name} ({DESCRIPTIONS.get(name, 'every figure')}), profile {profile}: "
           f"{len(planned)} job(s), {len(done)} already completed, {len(pending)} to train; "
-          f"runs under {_show(root_path)}", file=stream, flush=True)
+          f"runs under {show(root_path)}", file=stream, flush=True)
     if dry_run:
-        for item in planned:
-            command = "plume-train" if item.job.config == "train" else "plume-eval"
-            print(f"  [{item.state or 'new'}] {command} {' '.join(item.args)}\n"
-                  f"      -> {_show(item.run_dir)}", file=stream)
-        print(estimated_runtime(pending, planned, workers), file=stream)
-        targets = ", ".join(_show(out_path / f) for f in figures)
+        print_plan(planned, stream, workers)
+        targets = ", ".join(show(out_path / f) for f in figures)
         print(f"launcher overrides: {' '.join(sweep)}\n"
               f"figures and reports would go to: {targets}", file=stream, flush=True)
         return {"jobs": planned, "completed": len(done), "pending": len(pending),
@@ -559,16 +591,8 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
     failed: list[PlannedJob] = []
     trained = 0
     if pending and not render_only:
-        for config in ("eval", "train"):  # the controllers first: seconds each
-            batch = [p for p in pending if p.job.config == config]
-            failed += launch(batch, sweep, stream, progress_every_s)
+        failed = train_pending(planned, sweep, stream, progress_every_s)
         trained = len(pending) - len(failed)
-        for item in failed:
-            print(f"FAILED {_show(item.run_dir)}: {item.error}\n"
-                  f"    {STATUS} and train.log in that directory", file=stream)
-        print(f"trained {trained}, skipped {len(done)} (already completed), "
-              f"failed {len(failed)}; training took {format_clock(time.time() - began)}",
-              file=stream, flush=True)
     elif render_only and pending:
         print(f"--render-only: {len(pending)} job(s) not completed are left out of the figures",
               file=stream, flush=True)
@@ -580,8 +604,7 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
                      None)  # where the jobs keep their analyses
     for figure in figures:
         mine = figure_jobs(figure, profile, n_seeds)
-        roles = {by_job[j].run_dir: (j.group, j.label) for j in mine
-                 if _read_state(by_job[j].run_dir) == COMPLETED}
+        roles = completed_roles([by_job[j] for j in mine])
         target = out_path / figure
         try:
             artefacts[figure] = draw.render(figure, roles, target, expected_runs=len(mine),
@@ -594,13 +617,13 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
             print(f"{figure}: rendering FAILED: {type(err).__name__}: {err}", file=stream)
             traceback.print_exc(file=stream)
             continue
-        _print_artefacts(figure, artefacts[figure], len(mine), len(roles), stream)
+        print_artefacts(figure, artefacts[figure], len(mine), len(roles), stream)
     print(f"finished {name} in {format_clock(time.time() - began)}", file=stream, flush=True)
     return {"jobs": planned, "completed": len(done), "pending": len(pending),
             "trained": trained, "failed": failed, "artefacts": artefacts}
 
 
-def _print_artefacts(figure: str, artefacts: dict, wanted: int, have: int,
+def print_artefacts(figure: str, artefacts: dict, wanted: int, have: int,
                      stream: TextIO) -> None:
     counts = f" from {have}/{wanted} completed runs" if wanted else ""
     print(f"{figure}{counts}:", file=stream)
@@ -608,7 +631,7 @@ def _print_artefacts(figure: str, artefacts: dict, wanted: int, have: int,
         if key.startswith("_"):
             continue
         paths = value if isinstance(value, (list, tuple)) else [value]
-        shown = [_show(Path(p)) for p in paths if isinstance(p, (str, Path))]
+        shown = [show(Path(p)) for p in paths if isinstance(p, (str, Path))]
         if shown:
             print(f"  {key}: {', '.join(shown)}", file=stream)
     text = artefacts.get("_summary")
