@@ -98,29 +98,40 @@ def sb3_model(algo: str, venv, config, seed: int, total: int):
         lr = config.learning_rate
         schedule = (lambda remaining: lr * remaining) if config.anneal_lr else lr
         common = {"learning_rate": schedule, "n_steps": config.n_steps, "gamma": config.gamma,
-                      "gae_lambda": config.gae_lambda, "ent_coef": config.ent_coef,
-                      "vf_coef": config.vf_coef, "max_grad_norm": config.max_grad_norm,
-                      "normalize_advantage": config.norm_adv, "policy_kwargs": kwargs, "seed": seed,
-                      "device": config.device}
+                  "gae_lambda": config.gae_lambda, "ent_coef": config.ent_coef,
+                  "vf_coef": config.vf_coef, "max_grad_norm": config.max_grad_norm,
+                  "normalize_advantage": config.norm_adv, "policy_kwargs": kwargs, "seed": seed,
+                  "device": config.device}
         if algo == "ppo":
             batch = config.n_steps * venv.num_envs // config.n_minibatches
-            return sb3.PPO("MlpPolicy", venv, batch_size=batch, n_epochs=config.n_epochs,
-                           clip_range=config.clip_coef,
-                           clip_range_vf=config.clip_coef if config.clip_vloss else None,
-                           target_kl=config.target_kl, **common)
-        return sb3.A2C("MlpPolicy", venv, use_rms_prop=config.optimizer == "rmsprop",
-                       rms_prop_eps=config.optimizer_eps, **common)
+            model = sb3.PPO("MlpPolicy", venv, batch_size=batch, n_epochs=config.n_epochs,
+                            clip_range=config.clip_coef,
+                            clip_range_vf=config.clip_coef if config.clip_vloss else None,
+                            target_kl=config.target_kl, **common)
+        else:
+            model = sb3.A2C("MlpPolicy", venv, use_rms_prop=config.optimizer == "rmsprop",
+                            rms_prop_eps=config.optimizer_eps, **common)
+        return without_log_folder(model)
     kwargs["net_arch"] = list(config.hidden_sizes)
     kwargs["optimizer_kwargs"] = {"eps": config.adam_eps}
-    return sb3.DQN("MlpPolicy", venv, learning_rate=config.learning_rate,
-                   buffer_size=config.buffer_size, learning_starts=config.learning_starts,
-                   batch_size=config.batch_size, tau=config.tau, gamma=config.gamma,
-                   train_freq=(config.train_freq, "step"), gradient_steps=config.gradient_steps,
-                   target_update_interval=config.target_update_interval,
-                   exploration_fraction=config.eps_decay_steps / total,
-                   exploration_initial_eps=config.eps_start,
-                   exploration_final_eps=config.eps_end, max_grad_norm=config.max_grad_norm,
-                   policy_kwargs=kwargs, seed=seed, device=config.device)
+    model = sb3.DQN("MlpPolicy", venv, learning_rate=config.learning_rate,
+                    buffer_size=config.buffer_size, learning_starts=config.learning_starts,
+                    batch_size=config.batch_size, tau=config.tau, gamma=config.gamma,
+                    train_freq=(config.train_freq, "step"), gradient_steps=config.gradient_steps,
+                    target_update_interval=config.target_update_interval,
+                    exploration_fraction=config.eps_decay_steps / total,
+                    exploration_initial_eps=config.eps_start,
+                    exploration_final_eps=config.eps_end, max_grad_norm=config.max_grad_norm,
+                    policy_kwargs=kwargs, seed=seed, device=config.device)
+    return without_log_folder(model)
+
+
+def without_log_folder(model):
+    """SB3's ``learn`` otherwise makes an empty ``<tempdir>/SB3-<time>`` folder per call."""
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def ours(algo: str, config, traces, n_envs: int, seed: int, total: int):

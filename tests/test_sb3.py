@@ -48,6 +48,15 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def sb3_logs_in_a_temporary_folder(tmp_path_factory):
+    """SB3's ``learn`` makes an empty ``<tempdir>/SB3-<time>`` folder per call unless
+    ``SB3_LOGDIR`` says where: there, the suite leaves none behind."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3_logs")))
+        yield
+
+
 @pytest.fixture(scope="module")
 def traces():
     return SPEC.load_builtin("majority_fast", "train")

@@ -35,7 +35,8 @@ pytestmark = pytest.mark.filterwarnings(
 ROOT = CONF_DIR.parent
 # Random sampler, seed 4: the first three trials draw learning rate 3e-3 (PPO learns a good
 # policy within 1,024 steps: 5.52 QoE per chunk), the fourth 1e-7 (its policy stays where it
-# started, about 1.0): the median pruner, with no startup trial, prunes it at rung 0.5.
+# started, about 1.0): the median pruner, with no startup trial, prunes it at rung 0.5. The
+# objective is mean_minus_std, recomputed by hand below.
 SEARCH = """\
 # @package _global_
 defaults:
@@ -52,6 +53,7 @@ hydra:
     n_trials: 4
     n_jobs: 2
     seeds: 2
+    objective: mean_minus_std
     rungs: [0.5, 1.0]
     params:
       algo.learning_rate: {type: categorical, choices: [3.0e-3, 1.0e-7]}
@@ -86,13 +88,13 @@ def load(sweep_dir: Path) -> optuna.Study:
 
 def recomputed(run_dirs: list[str], rung: float) -> float:
     """The trial's value by hand: per run, the mean validation score at its last evaluation at
-    or before ``rung``; then the mean over the runs."""
+    or before ``rung``; then their mean minus their sample standard deviation."""
     values = []
     for run_dir in run_dirs:
         frame = pd.read_parquet(Path(run_dir) / "eval.parquet")
         frame = frame[(frame["test_set"] == VALIDATION) & (frame["progress"] <= rung)]
         values.append(frame[frame["progress"] == frame["progress"].max()]["score"].mean())
-    return float(np.mean(values))
+    return float(np.mean(values) - np.std(values, ddof=1))
 
 
 def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -134,6 +136,9 @@ def test_a_tiny_study_prunes_and_writes_its_outputs(study_run, compose_cfg):
         assert row["algo.learning_rate"] == trial.params["algo.learning_rate"]
         expected = recomputed(trial.user_attrs["run_dirs"], 0.5)
         assert row["rung_0.5"] == pytest.approx(expected, abs=1e-12)
+        seeds = [float(v) for v in row["seeds_0.5"].split(";")]
+        assert len(seeds) == 2
+        assert np.mean(seeds) - np.std(seeds, ddof=1) == pytest.approx(expected, abs=1e-5)
         assert row["run_dirs"].split(";") == trial.user_attrs["run_dirs"]
     for stem in ("history", "importance"):
         for suffix in (".png", ".pdf"):
@@ -254,7 +259,19 @@ def test_a_bad_search_space_is_one_line_naming_its_key(params, key, words):
 
 SETTINGS = {"direction": "maximize", "sampler": "tpe", "pruner": "median", "n_trials": 20,
             "n_jobs": 2, "seeds": 2, "n_startup_trials": 5, "warmup_rungs": 0,
-            "reduction_factor": 2, "rungs": [0.25, 0.5, 1.0]}
+            "reduction_factor": 2, "rungs": [0.25, 0.5, 1.0], "objective": "mean"}
+
+
+@pytest.mark.parametrize("objective, direction, expected", [
+    ("mean", "maximize", 1.0), ("mean", "minimize", 1.0),
+    ("worst", "maximize", 0.0), ("worst", "minimize", 2.0),
+    # sample SD of 2, 0, 1: sqrt(((1)^2 + (-1)^2 + 0^2) / 2) = 1
+    ("mean_minus_std", "maximize", 0.0), ("mean_minus_std", "minimize", 2.0),
+])
+def test_a_trials_value_combines_its_seeds_by_the_objective(objective, direction, expected):
+    from plume.harness.tune import seed_objective
+
+    assert seed_objective([2.0, 0.0, 1.0], objective, direction) == expected
 
 
 @pytest.mark.parametrize("change, message", [
@@ -262,6 +279,9 @@ SETTINGS = {"direction": "maximize", "sampler": "tpe", "pruner": "median", "n_tr
     ({"rungs": [0.25, 0.5]}, "hydra.sweeper.rungs=[0.25, 0.5]: expected increasing"),
     ({"pruner": "hyperband"}, "hydra.sweeper.pruner='hyperband': valid choices: median, "),
     ({"seeds": 0}, "hydra.sweeper.seeds must be an integer >= 1, got 0"),
+    ({"objective": "median"}, "hydra.sweeper.objective='median': valid choices: mean, worst, "),
+    ({"objective": "mean_minus_std", "seeds": 1},
+     "hydra.sweeper.objective=mean_minus_std needs hydra.sweeper.seeds >= 2"),
 ])
 def test_bad_sweeper_settings_are_one_line_naming_the_key(change, message):
     from plume.harness.tune import check_settings

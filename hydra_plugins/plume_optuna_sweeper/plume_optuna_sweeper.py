@@ -71,8 +71,11 @@ class PlumeOptunaSweeperConf:
     n_trials: int = 20
     # Trials asked and run at a time (their jobs go to the launcher together).
     n_jobs: int = 2
-    # Jobs per trial: seeds 0..seeds-1; the value is their mean.
+    # Jobs per trial: seeds 0..seeds-1.
     seeds: int = 2
+    # A trial's value from its seeds' values: mean, worst (the lowest when maximizing) or
+    # mean_minus_std (penalises a configuration that collapses on some seeds).
+    objective: str = "mean"
     # Fractions of train.total_steps where trials are scored and pruned; each must be an
     # evaluation point of train.eval_points; the last is 1.0.
     rungs: List[float] = field(default_factory=lambda: [0.25, 0.5, 1.0])
@@ -257,7 +260,9 @@ class PlumeOptunaSweeper(Sweeper):
             hydra = composed["cfg"].hydra
             run.run_dirs.append(Path(os.path.abspath(Path(hydra.sweep.dir) / hydra.sweep.subdir)))
         for key, value in (("run_dirs", [str(d) for d in run.run_dirs]),
-                           ("seeds", self.settings["seeds"]), ("validation", plan.validation),
+                           ("seeds", self.settings["seeds"]),
+                           ("objective", self.settings["objective"]),
+                           ("validation", plan.validation),
                            ("total_steps", run.total_steps), ("command", list(self._command))):
             trial.set_user_attr(key, value)
         return run
@@ -312,11 +317,13 @@ class PlumeOptunaSweeper(Sweeper):
         """The trial's value at ``rung`` (reported to Optuna); None when it failed (told)."""
         from optuna.trial import TrialState
 
-        from plume.harness.tune import rung_value
+        from plume.harness.tune import rung_value, seed_objective
 
         if error is None:
             try:
-                value = sum(rung_value(d, rung) for d in run.run_dirs) / len(run.run_dirs)
+                seeds = [rung_value(d, rung) for d in run.run_dirs]
+                value = seed_objective(seeds, self.settings["objective"],
+                                       self.settings["direction"])
             except ValueError as err:  # a run without its score: the sweep exits non-zero
                 error = f"{APP}: failed: {err}"
                 outcome.failed.append(error)
@@ -327,6 +334,8 @@ class PlumeOptunaSweeper(Sweeper):
             return None
         values = {**run.trial.user_attrs.get("rung_values", {}), f"{rung:g}": value}
         run.trial.set_user_attr("rung_values", values)
+        per_seed = {**run.trial.user_attrs.get("seed_values", {}), f"{rung:g}": seeds}
+        run.trial.set_user_attr("seed_values", per_seed)
         run.trial.report(value, step=round(rung * run.total_steps))
         return value
 

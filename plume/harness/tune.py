@@ -37,6 +37,7 @@ PARAM_FIELDS = {"float": {"low", "high", "log", "step"}, "int": {"low", "high", 
 DIRECTIONS = ("maximize", "minimize")
 SAMPLERS = ("tpe", "random")
 PRUNERS = ("median", "successive_halving", "none")
+OBJECTIVES = ("mean", "worst", "mean_minus_std")
 STUDY_DIR = "study"
 JOURNAL = "optuna.journal"
 
@@ -130,7 +131,8 @@ def _is_number(value: Any, number: type) -> bool:
 def check_settings(settings: Mapping[str, Any]) -> list[float]:
     """The sweeper's own settings (``hydra.sweeper.<key>``), checked before anything runs;
     returns the rungs."""
-    for key, valid in (("direction", DIRECTIONS), ("sampler", SAMPLERS), ("pruner", PRUNERS)):
+    for key, valid in (("direction", DIRECTIONS), ("sampler", SAMPLERS), ("pruner", PRUNERS),
+                       ("objective", OBJECTIVES)):
         if settings[key] not in valid:
             raise ConfigError(f"hydra.sweeper.{key}={settings[key]!r}: valid choices: "
                               f"{', '.join(valid)}")
@@ -139,6 +141,9 @@ def check_settings(settings: Mapping[str, Any]) -> list[float]:
         value = settings[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"hydra.sweeper.{key} must be an integer >= {low}, got {value!r}")
+    if settings["objective"] == "mean_minus_std" and settings["seeds"] < 2:
+        raise ConfigError("hydra.sweeper.objective=mean_minus_std needs hydra.sweeper.seeds >= 2 "
+                          f"(a standard deviation over seeds), got seeds={settings['seeds']}")
     rungs = settings["rungs"]
     if (not isinstance(rungs, (list, tuple)) or not rungs
             or any(not _is_number(r, float) or not 0 < r <= 1 for r in rungs)
@@ -182,6 +187,19 @@ def rung_value(run_dir: str | Path, rung: float) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{path}: the mean {VALIDATION} score at progress {rung} is {value}")
     return value
+
+
+def seed_objective(values: list[float], objective: str, direction: str) -> float:
+    """A trial's value from its seeds' values: their ``mean``; the ``worst`` seed; or
+    ``mean_minus_std`` (mean minus the sample standard deviation, plus when minimizing). The
+    last two rank a configuration that collapses on one seed below a steady one."""
+    sign = 1.0 if direction == "maximize" else -1.0
+    if objective == "worst":
+        return min(values) if sign > 0 else max(values)
+    mean = float(np.mean(values))
+    if objective == "mean_minus_std":
+        return mean - sign * float(np.std(values, ddof=1))
+    return mean
 
 
 def make_sampler(name: str, seed: int, n_startup_trials: int):
@@ -249,14 +267,17 @@ def completed_median(study, step: int) -> float:
 
 
 def trials_table(study, space: Mapping[str, Param], rungs: list[float]) -> pd.DataFrame:
-    """One row per trial: number, state, value, each parameter, the value at each rung and its
-    run directories (``;``-separated)."""
+    """One row per trial: number, state, value, each parameter, the value at each rung, its
+    seeds' values at each rung and its run directories (both ``;``-separated)."""
     rows = []
     for trial in study.get_trials(deepcopy=False):
         at = trial.user_attrs.get("rung_values", {})
+        seeds = trial.user_attrs.get("seed_values", {})
         rows.append({"number": trial.number, "state": trial.state.name, "value": trial.value,
                      **{key: trial.params.get(key) for key in space},
                      **{f"rung_{r:g}": at.get(f"{r:g}") for r in rungs},
+                     **{f"seeds_{r:g}": ";".join(f"{v:.6g}" for v in seeds.get(f"{r:g}", []))
+                        for r in rungs},
                      "run_dirs": ";".join(trial.user_attrs.get("run_dirs", []))})
     return pd.DataFrame(rows)
 
@@ -283,7 +304,8 @@ def citation(study, where: str, trial, package: str | None) -> str:
     attrs = trial.user_attrs
     found = (f"# Best trial of the Optuna study {study.study_name!r} ({where}): trial "
              f"{trial.number}, validation score {trial.value:.6g}")
-    how = (f"# (mean over {attrs.get('seeds', '?')} seed(s), train.validation="
+    how = (f"# ({attrs.get('objective', 'mean')} over {attrs.get('seeds', '?')} seed(s), "
+           f"train.validation="
            f"{attrs.get('validation', '?')}), budget {attrs.get('total_steps', '?')} env steps; "
            f"written {time.strftime('%Y-%m-%d %H:%M:%S %z')}.")
     search = f"# Search: plume-train -m {' '.join(attrs.get('command', []))}"
