@@ -68,10 +68,23 @@ def test_every_experiment_config_composes_and_validates(compose_cfg, name):
         assert (job.train.total_steps, job.train.eval_points) == (PAPER_BUDGETS[base], 20)
 
 
+# Quick variants that train a learner tuned for their budget (conf/hparams_search/): the paper
+# profile keeps the paper's preset.
+TUNED_QUICK = {"fig6b_quick": ("a2c_aurora_quick", "a2c_aurora"),
+               "fig6c_quick": ("ppo_lb_quick", "ppo_lb")}
+
+
 @pytest.mark.parametrize("name", QUICK)
 def test_a_quick_variant_changes_only_budgets_and_exp_name(compose_cfg, name):
     quick = _flat(compose_cfg(f"experiment={name}"))
-    base = _flat(compose_cfg(f"experiment={name.removesuffix('_quick')}"))
+    base_name = name.removesuffix("_quick")
+    base = _flat(compose_cfg(f"experiment={base_name}"))
+    if name in TUNED_QUICK:  # compared with the base figure trained with the tuned preset
+        tuned, paper = TUNED_QUICK[name]
+        assert base == _flat(compose_cfg(f"experiment={base_name}", f"algo={paper}"))
+        base = _flat(compose_cfg(f"experiment={base_name}", f"algo={tuned}"))
+        assert quick["algo.learning_rate"] != _flat(compose_cfg(
+            f"experiment={base_name}"))["algo.learning_rate"]
     assert quick.keys() == base.keys()
     changed = {key for key in quick if quick[key] != base[key]}
     allowed = BUDGET_KEYS | (DQN_SCHEDULE_KEYS if quick["algo.name"] == "dqn" else set())

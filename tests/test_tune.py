@@ -28,7 +28,7 @@ from plume.harness.rundir import RunDirectory
 from plume.harness.train import run_job
 from plume.harness.tune import check_trial_job, search_space
 from plume.traces import TraceSet, load_tracebench
-from tests.conftest import CONF_DIR, TINY, plume_train_env
+from tests.conftest import CONF_DIR, TINY, conf_options, plume_train_env
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:(?s).*is validated against ConfigStore schema:UserWarning")
@@ -392,3 +392,28 @@ def test_best_files_compose_with_a_group_choice_and_a_list_value(compose_cfg, tm
         f"x: {values['algo.hidden_sizes']}").x
     assert (cfg.algo.n_steps, cfg.algo.learning_rate) == (values["algo.n_steps"],
                                                           values["algo.learning_rate"])
+
+
+@pytest.mark.parametrize("name", conf_options("hparams_search"))
+def test_every_shipped_search_is_valid_at_every_choice_and_both_ends_of_each_range(
+        compose_cfg, name):
+    """A search file whose settings, space or any trial's job would be refused fails here, not
+    after hours of trials: its first trial's job passes every check of a trial, and every
+    categorical choice and both ends of every range compose a valid job."""
+    from plume.harness.schema import validate
+    from plume.harness.tune import check_settings
+
+    sweeper = OmegaConf.to_container(
+        compose_cfg(f"hparams_search={name}", hydra_cfg=True).hydra.sweeper, resolve=True)
+    rungs = check_settings(sweeper)
+    space = search_space(sweeper["params"])
+    probes = {key: param.probe() for key, param in space.items()}
+    cfg = compose_cfg(f"hparams_search={name}",
+                      *(param.override(probes[key]) for key, param in space.items()))
+    assert check_trial_job(cfg, rungs).job.train.validation > 0
+    for key, param in space.items():
+        assert key.startswith("algo.")  # the shipped searches tune learners only
+        ends = param.choices if param.type == "categorical" else (param.low, param.high)
+        for value in ends:
+            changed = OmegaConf.merge(cfg, OmegaConf.from_dotlist([param.override(value)]))
+            assert getattr(validate(changed).algo, key.removeprefix("algo.")) == value
