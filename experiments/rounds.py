@@ -286,7 +286,7 @@ def run_auto(name: str, profile: str = "quick", workers: int = 2, root: str | Pa
                                  "re-run retries them and replays the rounds from the runs")
             break
         undecided = [c for c in comparisons if decisions[c] == CONTINUE]
-        stats = look_statistics(figure, undecided, runner.completed_roles(list(planned_all.values())), n)
+        stats = look_statistics(figure, undecided, runner.completed_roles(planned_all.values()), n)
         now = decide_look(plan, look, stats)
         decisions.update(now)
         print(round_line(look, plan, stats, now), file=stream, flush=True)
@@ -310,7 +310,7 @@ def _finish(name: str, planned: Mapping[Path, runner.PlannedJob], record: dict, 
     ``sequential.json`` and a section of ``summary.md``."""
     from experiments import figures as draw
 
-    roles = runner.completed_roles(list(planned.values()))
+    roles = runner.completed_roles(planned.values())
     target = out / name
     cache_dir = next((o.partition("=")[2] for o in overrides if o.startswith("paths.cache=")),
                      None)

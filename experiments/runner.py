@@ -44,7 +44,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -507,7 +507,7 @@ def train_pending(planned: Sequence[PlannedJob], sweep: Sequence[str], stream: T
     return failed
 
 
-def completed_roles(planned: Sequence[PlannedJob]) -> dict[Path, tuple[str, str]]:
+def completed_roles(planned: Iterable[PlannedJob]) -> dict[Path, tuple[str, str]]:
     """The completed runs among ``planned`` with their (group, curve label): what a figure
     draws."""
     return {p.run_dir: (p.job.group, p.job.label) for p in planned
@@ -604,7 +604,7 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
                      None)  # where the jobs keep their analyses
     for figure in figures:
         mine = figure_jobs(figure, profile, n_seeds)
-        roles = completed_roles([by_job[j] for j in mine])
+        roles = completed_roles(by_job[j] for j in mine)
         target = out_path / figure
         try:
             artefacts[figure] = draw.render(figure, roles, target, expected_runs=len(mine),
