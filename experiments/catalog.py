@@ -12,7 +12,8 @@ the same runs, trained once (fig8 reuses fig9's Majority Fast runs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 PROFILES = ("quick", "paper")
 SEEDS = {"quick": 5, "paper": 5}  # >= plume.report.inference.MIN_RUNS
@@ -79,6 +80,17 @@ class Figure:
     groups: tuple[Group, ...]
     stem: str
     table: bool = False
+
+    def only(self, keys: Sequence[str] | None) -> "Figure":
+        """This figure with only the groups ``keys`` (None: all of them), in the figure's
+        order: re-running some columns (a learner changed) leaves the others' runs alone."""
+        if keys is None:
+            return self
+        known = [g.key for g in self.groups]
+        if unknown := [k for k in keys if k not in known]:
+            raise ValueError(f"{self.name} has no group {', '.join(map(repr, unknown))}; "
+                             f"its groups: {', '.join(known)}")
+        return replace(self, groups=tuple(g for g in self.groups if g.key in keys))
 
 
 def _samplers(base: str, samplers, *extra: str, prefix: str = "") -> tuple[Curve, ...]:

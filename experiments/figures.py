@@ -372,11 +372,13 @@ def analysis_cache() -> Path:
 
 def render(name: str, roles: Mapping[Path, tuple[str, str]], out: str | Path, *,
            expected_runs: int = 0, report_options: dict | None = None,
-           cache_dir: str | Path | None = None) -> dict[str, Any]:
+           cache_dir: str | Path | None = None,
+           groups: Sequence[str] | None = None) -> dict[str, Any]:
     """Draw figure ``name`` into ``out`` from ``roles`` (its completed run directories, each
     with its group and curve label); the cluster figures read and fill the analysis cache
-    ``cache_dir`` (default: the jobs' ``paths.cache``). Returns the artefacts written (and
-    ``_summary``: a few lines to print)."""
+    ``cache_dir`` (default: the jobs' ``paths.cache``); ``groups``: only those groups of a
+    training figure. Returns the artefacts written (and ``_summary``: a few lines to
+    print)."""
     from experiments.catalog import FIG10_DATASETS, TRAINING_FIGURES
     from experiments.curves import render_training
 
@@ -384,7 +386,8 @@ def render(name: str, roles: Mapping[Path, tuple[str, str]], out: str | Path, *,
     out.mkdir(parents=True, exist_ok=True)
     artefacts: dict[str, Any] = {}
     if name in TRAINING_FIGURES:
-        artefacts = render_training(TRAINING_FIGURES[name], roles, out, report_options or {})
+        artefacts = render_training(TRAINING_FIGURES[name].only(groups), roles, out,
+                                    report_options or {})
     elif name == "fig7":
         artefacts["figure"], table = composition_figure(out / "fig7_datasets")
         (out / "composition.md").write_text("Traces per kind:\n\n" + _markdown(table.reset_index()))

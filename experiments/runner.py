@@ -129,10 +129,14 @@ def experiment(base: str, profile: str) -> str:
     return base if profile == "paper" else f"{base}_quick"
 
 
-def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None) -> list[Job]:
+def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None,
+                groups: Sequence[str] | None = None) -> list[Job]:
     """The jobs figure ``name`` needs in ``profile`` (n_seeds replaces the profile's and the
-    groups' seed counts): its curves' plume-train runs, then its controllers' plume-eval
-    runs."""
+    groups' seed counts; ``groups``: only those groups of a training figure): its curves'
+    plume-train runs, then its controllers' plume-eval runs."""
+    if groups is not None and name not in TRAINING_FIGURES:
+        raise ValueError(f"groups choose part of a training figure "
+                         f"({', '.join(TRAINING_FIGURES)}); {name} is not one")
     if name not in NAMES:
         raise ValueError(f"unknown figure {name!r}; valid: {', '.join(NAMES)}")
     if profile not in PROFILES:
@@ -147,7 +151,7 @@ def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None) -
                     seed, group=d, label=SAMPLER_LABELS["plume_dynamic"])
                 for d in FIG10_DATASETS for seed in range(n_seeds or SEEDS[profile])]
     if name in TRAINING_FIGURES:
-        return _training_jobs(TRAINING_FIGURES[name], profile, n_seeds)
+        return _training_jobs(TRAINING_FIGURES[name].only(groups), profile, n_seeds)
     return []  # fig7, fig11, fig12, fig13 draw datasets only
 
 
@@ -564,21 +568,24 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
         out: str | Path = "reports", dry_run: bool = False, render_only: bool = False,
         overrides: Sequence[str] = (), n_seeds: int | None = None,
         report_options: dict | None = None, stream: TextIO | None = None,
-        hydra_overrides: Sequence[str] = (), progress_every_s: float = 30.0) -> dict:
+        hydra_overrides: Sequence[str] = (), progress_every_s: float = 30.0,
+        groups: Sequence[str] | None = None) -> dict:
     """The whole command; returns counts, failures and the rendered artefacts.
     ``hydra_overrides`` (``hydra/launcher=...``, ``hydra.launcher.*``) choose the launcher;
-    ``workers`` is joblib's ``n_jobs`` unless they set it."""
+    ``workers`` is joblib's ``n_jobs`` unless they set it; ``groups``: train and draw only
+    those groups of the figure."""
     stream = stream or sys.stdout
     sweep = launcher_overrides(hydra_overrides, workers)
     root_path, out_path = Path(root), Path(out)
     figures = FIGURES if name == "all" else (name,)
-    jobs = figure_jobs(name, profile, n_seeds)
+    jobs = figure_jobs(name, profile, n_seeds, groups)
     began = time.time()
     planned = plan(jobs, root, overrides, sweep)
     by_job = {p.job: p for p in planned}
     done = [p for p in planned if p.completed]
     pending = [p for p in planned if not p.completed]
-    print(f"{name} ({DESCRIPTIONS.get(name, 'every figure')}), profile {profile}: "
+    part = f", groups {', '.join(groups)}" if groups else ""
+    print(f"{name} ({DESCRIPTIONS.get(name, 'every figure')}){part}, profile {profile}: "
           f"{len(planned)} job(s), {len(done)} already completed, {len(pending)} to train; "
           f"runs under {show(root_path)}", file=stream, flush=True)
     if dry_run:
@@ -603,13 +610,13 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
     cache_dir = next((o.partition("=")[2] for o in overrides if o.startswith("paths.cache=")),
                      None)  # where the jobs keep their analyses
     for figure in figures:
-        mine = figure_jobs(figure, profile, n_seeds)
+        mine = figure_jobs(figure, profile, n_seeds, groups)
         roles = completed_roles(by_job[j] for j in mine)
         target = out_path / figure
         try:
             artefacts[figure] = draw.render(figure, roles, target, expected_runs=len(mine),
                                             report_options=report_options or {},
-                                            cache_dir=cache_dir)
+                                            cache_dir=cache_dir, groups=groups)
         except Exception as err:  # noqa: BLE001  (one figure's failure must not hide the others)
             import traceback
 
@@ -647,6 +654,14 @@ def _seeds_option(text: str) -> int | str:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a number >= 1 or auto, got {text!r}")
     return int(text)
+
+
+def _groups_option(text: str) -> list[str]:
+    """``--groups``: group keys separated by commas, e.g. ``abr,cc,lb``."""
+    keys = [k.strip() for k in text.split(",")]
+    if not all(keys):
+        raise argparse.ArgumentTypeError(f"group keys separated by commas, got {text!r}")
+    return keys
 
 
 def _rounds_option(text: str) -> list[int]:
@@ -693,6 +708,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="--seeds auto: at most N seeds per curve, the last look (20)")
     parser.add_argument("--seeds-rounds", type=_rounds_option, default=None, metavar="N,N,...",
                         help="--seeds auto: runs per side at each look (5,10,15,... to the cap)")
+    parser.add_argument("--groups", type=_groups_option, default=None, metavar="KEY,...",
+                        help="train and draw only these groups of the figure, e.g. peers "
+                             "--groups abr,cc,lb (a report per group; the figure's table "
+                             "holds those groups only)")
     parser.add_argument("--reps", type=int, default=None,
                         help="bootstrap repetitions of the rliable report (report default)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the report bootstrap")
@@ -711,6 +730,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if why := rounds.check_options(args.name, args.seeds, args.seeds_cap, args.seeds_rounds,
                                    args.render_only):
         parser.error(why)
+    if args.groups is not None:
+        if auto:
+            parser.error("--groups does not go with --seeds auto, whose rounds decide every "
+                         "comparison of the figure")
+        if args.name not in TRAINING_FIGURES:
+            parser.error(f"--groups chooses groups of a training figure "
+                         f"({', '.join(TRAINING_FIGURES)}); {args.name} has none")
+        try:
+            TRAINING_FIGURES[args.name].only(args.groups)
+        except ValueError as err:
+            parser.error(f"--groups: {err}")
     if any("=" not in o for o in args.overrides):
         parser.error("overrides are KEY=VALUE, e.g. hydra/launcher=submitit_slurm")
     report_options = {k: v for k, v in {"reps": args.reps, "seed": args.seed}.items()
@@ -727,7 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.name, args.profile, args.jobs, args.root, args.out, dry_run=args.dry_run,
             render_only=args.render_only, overrides=jobs, n_seeds=args.seeds,
             report_options=report_options, hydra_overrides=sweep,
-            progress_every_s=args.progress_every)
+            progress_every_s=args.progress_every, groups=args.groups)
     except (HydraException, OmegaConfBaseException, ConfigError) as err:  # the user's mistake
         message = " ".join(str(err).split())
         print(f"python -m experiments: error: {message}", file=sys.stderr)

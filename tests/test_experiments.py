@@ -190,6 +190,33 @@ def test_dry_run_prints_every_job_and_trains_nothing(tmp_path, capsys):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
 
 
+def test_groups_train_and_draw_only_those_columns_of_a_figure(tmp_path, capsys):
+    peers = TRAINING_FIGURES["peers"]
+    assert [g.key for g in peers.only(["lb", "cc"]).groups] == ["cc", "lb"]  # figure's order
+    assert peers.only(None) is peers
+    jobs = runner.figure_jobs("peers", "quick", groups=["cc", "lb"])
+    assert len(jobs) == 2 * 7 * 5 and {j.group for j in jobs} == {"cc", "lb"}
+    assert {j.config for j in jobs} == {"train"}
+    code = runner.main(["peers", "--groups", "cc,lb", "--dry-run", "--root", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert code == 0 and "groups cc, lb, profile quick: 70 job(s)" in printed
+    assert printed.count("experiment=fig6b_quick ") == 35
+    assert "fig9_quick" not in printed and "fig6a_quick" not in printed
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["peers", "--groups", "cc,tcp"], "--groups: peers has no group 'tcp'; its groups: "
+                                      "tracebench, abr, cc, lb"),
+    (["fig7", "--groups", "abr"], "fig7 has none"),
+    (["peers", "--groups", "cc", "--seeds", "auto"], "does not go with --seeds auto"),
+    (["peers", "--groups", "cc,,lb"], "group keys separated by commas"),
+])
+def test_groups_that_cannot_be_drawn_are_refused_in_one_line(argv, why, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        runner.main([*argv, "--dry-run"])
+    assert exit_.value.code == 2 and why in capsys.readouterr().err
+
+
 def test_dataset_figures_render_png_and_pdf(tmp_path):
     from experiments import figures
 
