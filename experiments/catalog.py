@@ -110,7 +110,8 @@ def _scenarios(learner: str, base: str, small_effects: dict[str, int]) -> tuple[
         for name, (train, test) in SCENARIOS.items())
 
 
-PENSIEVE = ("algo=a2c_pensieve", "env.dataset=pensieve_synthetic", "env.variant=pensieve")
+# Pensieve's setting (conf/experiment/fig6a_pensieve.yaml), for its controllers' evaluations
+PENSIEVE_ENV = ("env.dataset=pensieve_synthetic", "env.variant=pensieve")
 ABR_CONTROLLERS = ("bba", "robust_mpc", "bola_v1")
 PER_OFF, PER_ON = "algo.per=false", "algo.per=true"
 TWO_CLASS = ("sampler=two_class", "sampler.threshold=6.0")
@@ -140,9 +141,9 @@ TRAINING_FIGURES: dict[str, Figure] = {f.name: f for f in (
                   _samplers("fig6a", MAIN_SAMPLERS, prefix="Gelato-"), "Gelato-Random", "abr",
                   controllers=ABR_CONTROLLERS, hard="slow"),
             Group("pensieve", "Pensieve (A2C) on pensieve_synthetic",
-                  _samplers("fig6a", ("uniform", "plume_dynamic"), *PENSIEVE,
+                  _samplers("fig6a_pensieve", ("uniform", "plume_dynamic"),
                             prefix="Pensieve-"),
-                  "Pensieve-Random", "abr", env_overrides=PENSIEVE[1:],
+                  "Pensieve-Random", "abr", env_overrides=PENSIEVE_ENV,
                   controllers=ABR_CONTROLLERS, hard="slow")),
            "fig6a_abr"),
     Figure("fig6b", "Fig. 6b: congestion control (Aurora, A2C)",

@@ -43,8 +43,10 @@ DQN_SCHEDULE_KEYS = {"algo.learning_rate", "algo.buffer_size", "algo.learning_st
                      "algo.target_update_interval", "algo.eps_decay_steps"}
 PAPER_BUDGETS = {"quickstart": 4_000_000, "fig8": 4_000_000, "fig9": 4_000_000,
                  "fig8_dqn": 4_000_000, "fig9_dqn": 4_000_000, "fig3": 1_000_000_000,
-                 "fig6a": 400_000_000, "fig6b": 5_000_000, "fig6c": 5_000_000}
-PAPER_LEARNERS = {"fig3": ("dqn", "gelato"), "fig6a": ("a2c", "gelato"), "fig6b": ("a2c", "mlp"),
+                 "fig6a": 400_000_000, "fig6a_pensieve": 400_000_000, "fig6b": 5_000_000,
+                 "fig6c": 5_000_000}
+PAPER_LEARNERS = {"fig3": ("dqn", "gelato"), "fig6a": ("a2c", "gelato"),
+                  "fig6a_pensieve": ("a2c", "pensieve"), "fig6b": ("a2c", "mlp"),
                   "fig6c": ("ppo", "mlp"), "fig8_dqn": ("dqn", "mlp"), "fig9_dqn": ("dqn", "mlp")}
 
 
@@ -70,7 +72,9 @@ def test_every_experiment_config_composes_and_validates(compose_cfg, name):
 
 # Quick variants that train a learner tuned for their budget (conf/hparams_search/): the paper
 # profile keeps the paper's preset.
-TUNED_QUICK = {"fig6b_quick": ("a2c_aurora_quick", "a2c_aurora"),
+TUNED_QUICK = {"fig6a_quick": ("a2c_gelato_quick", "a2c_gelato"),
+               "fig6a_pensieve_quick": ("a2c_pensieve_quick", "a2c_pensieve"),
+               "fig6b_quick": ("a2c_aurora_quick", "a2c_aurora"),
                "fig6c_quick": ("ppo_lb_quick", "ppo_lb")}
 
 
