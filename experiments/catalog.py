@@ -81,7 +81,7 @@ class Figure:
     stem: str
     table: bool = False
 
-    def only(self, keys: Sequence[str] | None) -> "Figure":
+    def only(self, keys: Sequence[str] | None) -> Figure:
         """This figure with only the groups ``keys`` (None: all of them), in the figure's
         order: re-running some columns (a learner changed) leaves the others' runs alone."""
         if keys is None:

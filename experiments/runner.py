@@ -664,6 +664,21 @@ def _groups_option(text: str) -> list[str]:
     return keys
 
 
+def _groups_problem(name: str, groups: Sequence[str], auto: bool) -> str | None:
+    """Why ``--groups`` cannot run for figure ``name`` (None: it can)."""
+    if auto:
+        return ("--groups does not go with --seeds auto, whose rounds decide every comparison "
+                "of the figure")
+    if name not in TRAINING_FIGURES:
+        return (f"--groups chooses groups of a training figure ({', '.join(TRAINING_FIGURES)}); "
+                f"{name} has none")
+    try:
+        TRAINING_FIGURES[name].only(groups)
+    except ValueError as err:
+        return f"--groups: {err}"
+    return None
+
+
 def _rounds_option(text: str) -> list[int]:
     """``--seeds-rounds``: increasing runs per side, e.g. ``5,10,20``."""
     try:
@@ -675,7 +690,8 @@ def _rounds_option(text: str) -> list[int]:
     return values
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m experiments``."""
     parser = argparse.ArgumentParser(
         prog="python -m experiments",
         description="Train what a paper figure needs (skipping completed jobs), then draw it.",
@@ -717,6 +733,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="seed of the report bootstrap")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                         help="seconds between progress lines when not on a terminal (30)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_intermixed_args(argv)
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -730,17 +751,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if why := rounds.check_options(args.name, args.seeds, args.seeds_cap, args.seeds_rounds,
                                    args.render_only):
         parser.error(why)
-    if args.groups is not None:
-        if auto:
-            parser.error("--groups does not go with --seeds auto, whose rounds decide every "
-                         "comparison of the figure")
-        if args.name not in TRAINING_FIGURES:
-            parser.error(f"--groups chooses groups of a training figure "
-                         f"({', '.join(TRAINING_FIGURES)}); {args.name} has none")
-        try:
-            TRAINING_FIGURES[args.name].only(args.groups)
-        except ValueError as err:
-            parser.error(f"--groups: {err}")
+    if args.groups is not None and (why := _groups_problem(args.name, args.groups, auto)):
+        parser.error(why)
     if any("=" not in o for o in args.overrides):
         parser.error("overrides are KEY=VALUE, e.g. hydra/launcher=submitit_slurm")
     report_options = {k: v for k, v in {"reps": args.reps, "seed": args.seed}.items()

@@ -209,8 +209,8 @@ def test_groups_train_and_draw_only_those_columns_of_a_figure(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, why", [
-    (["peers", "--groups", "cc,tcp"], "--groups: peers has no group 'tcp'; its groups: "
-                                      "tracebench, abr, cc, lb"),
+    (["peers", "--groups", "cc,tcp"], ("--groups: peers has no group 'tcp'; its groups: "
+                                       "tracebench, abr, cc, lb")),
     (["fig7", "--groups", "abr"], "fig7 has none"),
     (["peers", "--groups", "cc", "--seeds", "auto"], "does not go with --seeds auto"),
     (["peers", "--groups", "cc,,lb"], "group keys separated by commas"),
