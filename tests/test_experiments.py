@@ -194,7 +194,7 @@ def test_dry_run_prints_every_job_and_trains_nothing(tmp_path, capsys):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
 
 
-def test_groups_train_and_draw_only_those_columns_of_a_figure(tmp_path, capsys):
+def test_groups_choose_which_jobs_of_a_figure_are_planned(tmp_path, capsys):
     peers = TRAINING_FIGURES["peers"]
     assert [g.key for g in peers.only(["lb", "cc"]).groups] == ["cc", "lb"]  # figure's order
     assert peers.only(None) is peers
