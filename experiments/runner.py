@@ -134,9 +134,8 @@ def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None,
     """The jobs figure ``name`` needs in ``profile`` (n_seeds replaces the profile's and the
     groups' seed counts; ``groups``: only those groups of a training figure): its curves'
     plume-train runs, then its controllers' plume-eval runs."""
-    if groups is not None and name not in TRAINING_FIGURES:
-        raise ValueError(f"groups choose part of a training figure "
-                         f"({', '.join(TRAINING_FIGURES)}); {name} is not one")
+    if groups is not None and (why := groups_problem(name, groups)):
+        raise ValueError(why)
     if name not in NAMES:
         raise ValueError(f"unknown figure {name!r}; valid: {', '.join(NAMES)}")
     if profile not in PROFILES:
@@ -664,18 +663,15 @@ def _groups_option(text: str) -> list[str]:
     return keys
 
 
-def _groups_problem(name: str, groups: Sequence[str], auto: bool) -> str | None:
-    """Why ``--groups`` cannot run for figure ``name`` (None: it can)."""
-    if auto:
-        return ("--groups does not go with --seeds auto, whose rounds decide every comparison "
-                "of the figure")
+def groups_problem(name: str, groups: Sequence[str]) -> str | None:
+    """Why figure ``name`` has no such ``groups`` to choose (None: it has)."""
     if name not in TRAINING_FIGURES:
-        return (f"--groups chooses groups of a training figure ({', '.join(TRAINING_FIGURES)}); "
+        return (f"groups are chosen from a training figure ({', '.join(TRAINING_FIGURES)}); "
                 f"{name} has none")
     try:
         TRAINING_FIGURES[name].only(groups)
     except ValueError as err:
-        return f"--groups: {err}"
+        return str(err)
     return None
 
 
@@ -751,8 +747,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if why := rounds.check_options(args.name, args.seeds, args.seeds_cap, args.seeds_rounds,
                                    args.render_only):
         parser.error(why)
-    if args.groups is not None and (why := _groups_problem(args.name, args.groups, auto)):
-        parser.error(why)
+    if args.groups is not None:
+        if auto:
+            parser.error("--groups does not go with --seeds auto, whose rounds decide every "
+                         "comparison of the figure")
+        if why := groups_problem(args.name, args.groups):
+            parser.error(f"--groups: {why}")
     if any("=" not in o for o in args.overrides):
         parser.error("overrides are KEY=VALUE, e.g. hydra/launcher=submitit_slurm")
     report_options = {k: v for k, v in {"reps": args.reps, "seed": args.seed}.items()
