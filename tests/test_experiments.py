@@ -346,3 +346,25 @@ def test_an_environment_figure_trains_its_curves_and_evaluates_its_controllers(t
     assert [row.split(" | ")[0] for row in table[2:]] == ["| Random", "| Plume-Static",
                                                           "| Plume-Dynamic"]
     assert all(row.endswith("(n=1) |") for row in table[2:])  # no interval from one run
+
+
+def test_a_figure_counts_each_run_once_though_it_is_drawn_on_every_test_set(monkeypatch, tmp_path):
+    """Five seeds evaluated on three test sets are five learned runs, not fifteen."""
+    import pandas as pd
+
+    from experiments import curves
+    from experiments.catalog import Curve, Figure, Group
+
+    group = Group("g", "PPO", (Curve("Random", "fig9", ()),), "Random", "tracebench")
+    figure = Figure("figX", "a figure", "a claim", (group,), "figx")
+    scores = pd.DataFrame(
+        [{"group": "g", "curve": "Random", "algo": "ppo", "seed": seed, "run_dir": f"r{seed}",
+          "test_set": test_set, "label": "fast", "progress": progress, "score": 1.0,
+          "normalised": 0.5}
+         for seed in range(5) for test_set in ("a", "b", "c") for progress in (0.5, 1.0)])
+    drawn = []
+    monkeypatch.setattr(curves, "save_figure", lambda fig, stem: drawn.append(fig) or [])
+    curves.curves_figure(figure, scores, tmp_path / "figx")
+    title = drawn[0]._suptitle.get_text()
+    assert title.endswith("; 5 learned runs")
+    assert len(drawn[0].axes) == 3  # one panel per test set
