@@ -119,16 +119,18 @@ def curves_figure(figure: Figure, scores: pd.DataFrame, stem: Path) -> list[Path
     """Columns = (group, test set) pairs; rows = all traces / the group's hard traces. The
     y axis is the normalised score, always showing its anchors 0 and 1."""
     plt = pyplot()
-    columns = []
-    for index, group in enumerate(figure.groups):
+    columns, runs = [], 0
+    for group in figure.groups:
         table = subset_means(scores, group) if not scores.empty else pd.DataFrame()
         sets = sorted(table["test_set"].unique()) if not table.empty else [group.test_set]
-        columns += [(index, group, test_set, table) for test_set in sets]
+        columns += [(group, test_set, table) for test_set in sets]
+        if not table.empty:  # a run is drawn on each of its test sets: count it once
+            learned = table[(table["algo"] != "controller") & (table["progress"] > 0)]
+            runs += learned["run_dir"].nunique()
     rows = 2 if any(g.hard for g in figure.groups) else 1
     fig, axes = plt.subplots(rows, len(columns), figsize=(4.4 * len(columns), 3.6 * rows + 0.6),
                              squeeze=False, sharex=True)
-    runs_per_group = {}  # a group's runs are evaluated on each of its test sets: count once
-    for column, (index, group, test_set, table) in enumerate(columns):
+    for column, (group, test_set, table) in enumerate(columns):
         for row, subset in enumerate(("all", "hard")[:rows]):
             ax = axes[row][column]
             if subset != "all" and not group.hard:  # this env has no trace kinds to single out
@@ -141,7 +143,6 @@ def curves_figure(figure: Figure, scores: pd.DataFrame, stem: Path) -> list[Path
                     if not table.empty else table)
             counts = _draw_panel(ax, here, group) if not here.empty else {}
             if row == 0:
-                runs_per_group[index] = max(runs_per_group.get(index, 0), sum(counts.values()))
                 ax.set_title(f"{group.title}\ntest {test_set}", fontsize=9)
             ax.set_ylabel(f"normalised test score, {subset_title(group, subset)}", fontsize=8)
             low, high = ax.get_ylim() if counts else (0.0, 1.0)
@@ -153,7 +154,7 @@ def curves_figure(figure: Figure, scores: pd.DataFrame, stem: Path) -> list[Path
                 ax.legend(fontsize=6, loc="best")
     fig.suptitle(f"{figure.title}\nscore normalised per test set (0 = floor, 1 = ceiling "
                  "anchor); mean over seeds, 95 % Student-t band over seeds (none below 5); "
-                 f"{sum(runs_per_group.values())} learned runs", fontsize=9)
+                 f"{runs} learned runs", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, stem)
 
