@@ -15,7 +15,9 @@ Only this process touches the study, so any Hydra launcher runs the jobs (joblib
 ray). One sweeper process per study (a lock in the sweep folder refuses a second): killed, the
 same command resumes the study; the trials it left running are failed and asked again with
 the same values, whose jobs land in the same run directories (completed ones are not
-launched again, paused or interrupted ones resume from their checkpoints).
+launched again, paused or interrupted ones resume from their checkpoints). Before any trial,
+every value of the space (each choice, both ends of each range) is composed and checked in a
+job, and a damaged journal file is refused, read only, naming its first bad line.
 
 Our own sweeper rather than hydra-optuna-sweeper 1.3.0: that plugin requires optuna<3, and its
 SQLite storage breaks under SQLAlchemy 2. Built on Hydra's public plugin API only
@@ -101,6 +103,30 @@ class Plan:
     groups: set[str]  # searched keys that are config groups (algo=..., sampler=...)
 
 
+@dataclass(frozen=True)
+class Refused:
+    """Why a job of the search would not run: it does not compose, or its checks refuse it."""
+
+    composes: bool
+    reason: str
+
+    def naming(self, key: str, what: str, value: Any) -> Exception:
+        """The one line naming the search space's ``key`` and its ``value`` (a ``what``:
+        choice, low or high) that makes every trial drawing it fail."""
+        from plume.harness.errors import ConfigError
+        from plume.harness.tune import SPACE_KEY, override_value
+
+        verb = "is refused" if self.composes else "does not compose a job of this search"
+        return ConfigError(f"{SPACE_KEY}.{key}: {what} {override_value(value)} {verb}: "
+                           f"{self.reason}")
+
+    def plain(self) -> Exception:
+        from plume.harness.errors import ConfigError
+
+        return ConfigError(self.reason if self.composes
+                           else f"a job of this search does not compose: {self.reason}")
+
+
 @dataclass
 class TrialRun:
     """One asked trial: its values, the override of each, its jobs' run directories."""
@@ -138,14 +164,23 @@ class PlumeOptunaSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         from plume.harness.errors import ConfigError
         from plume.harness.sweep import SweepOutcome, refuse
-        from plume.harness.tune import open_study, recover
+        from plume.harness.tune import JOURNAL, check_journal, open_study, recover
 
         s = self.settings
         try:
             plan = self._plan(arguments)
+            had_lock = (plan.sweep_dir / LOCK).exists()
             lock = _one_sweeper(plan.sweep_dir, s["study_name"])
         except ConfigError as err:
             refuse(APP, err, RunMode.RUN)  # one line, exit status 2: nothing has run
+        try:
+            if s["storage"] is None:  # read only, under the lock: no other sweeper writes it
+                check_journal(plan.sweep_dir / JOURNAL)
+        except ConfigError as err:  # the sweep folder is left as it was found
+            if not had_lock:
+                (plan.sweep_dir / LOCK).unlink(missing_ok=True)
+            lock.close()
+            refuse(APP, err, RunMode.RUN)
         try:
             OmegaConf.save(self.config, plan.sweep_dir / "multirun.yaml")
             outcome = SweepOutcome(APP, frozenset([*plan.space, "seed"]))
@@ -162,9 +197,10 @@ class PlumeOptunaSweeper(Sweeper):
         outcome.finish()
 
     def _plan(self, arguments: list[str]) -> Plan:
-        """Settings, search space and a probe job checked: ConfigError before anything runs."""
+        """Settings, search space and every value of it checked in a job: ConfigError before
+        anything runs."""
         from plume.harness.errors import ConfigError
-        from plume.harness.tune import check_settings, check_trial_job, search_space
+        from plume.harness.tune import check_settings, search_space
 
         assert self.parser is not None and self.config is not None
         self.rungs = check_settings(self.settings)
@@ -174,18 +210,50 @@ class PlumeOptunaSweeper(Sweeper):
         if sweeps:
             raise ConfigError(f"hydra/sweeper=plume_optuna searches hydra.sweeper.params; a "
                               f"sweep override cannot be added: {' '.join(sweeps)}")
-        probe = [p.override(p.probe()) for p in space.values()]
-        try:
-            composed = self._compose(self._job(given, probe, 0, self.rungs[0]))
-        except ConfigError as err:
-            raise ConfigError(f"a job of this search does not compose: {err}") from None
-        inputs = check_trial_job(without_hydra(composed), self.rungs)
+        composed, inputs = self._check_space(given, space)
         job = inputs.job
         choice = OmegaConf.select(composed, "hydra.runtime.choices.algo")
         preset = job.algo_default.preset if job.algo_default is not None else str(choice)
         groups = set(self.hydra_context.config_loader.list_groups("")) & set(space)
         return Plan(space, list(given), Path(str(self.config.hydra.sweep.dir)), preset,
                     job.train.total_steps, job.train.validation, groups)
+
+    def _check_space(self, given: list[Any], space: dict[str, Any]) -> tuple[DictConfig, Any]:
+        """Every choice of every categorical and both ends of every range, each in a job
+        composed and checked like a trial's (the other keys at their probe values): a value
+        that would fail its trials is refused now, naming its key. Returns the probe job
+        (each key's first choice or low end): its composed config and checked inputs."""
+        probe = {key: param.probe() for key, param in space.items()}
+        first = self._try_values(given, space, probe)
+        if isinstance(first, Refused):  # whose probe value is it? One that another value fixes
+            for key, param in space.items():
+                if any(not isinstance(self._try_values(given, space, {**probe, key: v}), Refused)
+                       for _, v in param.ends() if not _same(v, probe[key])):
+                    raise first.naming(key, param.ends()[0][0], probe[key])
+            raise first.plain()  # no one value to blame: the command line or the search file
+        for key, param in space.items():
+            for what, value in param.ends():
+                if not _same(value, probe[key]):
+                    tried = self._try_values(given, space, {**probe, key: value})
+                    if isinstance(tried, Refused):
+                        raise tried.naming(key, what, value)
+        return first
+
+    def _try_values(self, given: list[Any], space: dict[str, Any],
+                    values: dict[str, Any]) -> Any:
+        """(composed config, checked inputs) of the seed-0 job with ``values``, or Refused."""
+        from plume.harness.errors import ConfigError
+        from plume.harness.tune import check_trial_job
+
+        overrides = [param.override(values[key]) for key, param in space.items()]
+        try:
+            composed = self._compose(self._job(given, overrides, 0, self.rungs[0]))
+        except ConfigError as err:
+            return Refused(False, str(err))
+        try:
+            return composed, check_trial_job(without_hydra(composed), self.rungs)
+        except ConfigError as err:
+            return Refused(True, str(err))
 
     def _sampler_pruner(self, plan: Plan) -> tuple[Any, Any]:
         from plume.harness.tune import make_pruner, make_sampler
@@ -417,6 +485,11 @@ class PlumeOptunaSweeper(Sweeper):
             notes.append(f"best_algo.yaml: {out / 'best_algo.yaml'} (as conf/algo/<name>.yaml: "
                          f"algo=<name>)")
         return notes
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same value of a search space (``1 == True`` and ``1 == 1.0`` are not)."""
+    return type(a) is type(b) and a == b
 
 
 def _one_sweeper(sweep_dir: Path, name: str) -> IO[str]:

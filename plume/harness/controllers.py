@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from plume.harness import sweep
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.configdir import CONF_DIR
+from plume.harness.errors import WriteFailed
 from plume.harness.evaluation import Evaluator, eval_scores
 from plume.harness.rundir import (
     COMPLETED,
@@ -59,6 +60,8 @@ def eval_job(cfg: DictConfig) -> dict[str, Any] | None:
         return run_controller(cfg, Path(hydra_cfg.runtime.output_dir))
     except ConfigError as err:  # the user's mistake: one line, no traceback
         sweep.refuse("plume-eval", err, hydra_cfg.mode)
+    except WriteFailed as err:  # a full disk: one line, a failure
+        sweep.failed_write("plume-eval", err, hydra_cfg.mode)
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")(eval_job)

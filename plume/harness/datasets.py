@@ -3,6 +3,9 @@
 An entry is a built-in dataset name of the environment or a path to trace files read by the
 loader ``env.trace_format`` names (``plume.traces.loaders``). A user dataset is tested on its
 own test split unless ``env.test_sets`` names other sets: never silently on synthetic traces.
+A path named as a test set is a test set: every trace in it is played, except when it is the
+training dataset itself, whose test split is played (its other traces train: testing on all
+of it would test on training traces).
 """
 
 from __future__ import annotations
@@ -60,13 +63,29 @@ def load_dataset(spec: EnvSpec, dataset: str, split: str, trace_format: str | No
                        max_padded_samples=max_padded_samples)
 
 
-def describe_test_set(spec: EnvSpec, dataset: str, trace_format: str | None) -> str:
+def played_split(spec: EnvSpec, training: str, dataset: str) -> str:
+    """The split of ``dataset`` a test set plays: a built-in dataset's test split, the test
+    split of the training dataset (``training``) named again, every trace of any other path."""
+    if is_builtin(spec, dataset) or _same_path(dataset, training):
+        return "test"
+    return "all"
+
+
+def _same_path(a: str, b: str) -> bool:
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def describe_test_set(spec: EnvSpec, dataset: str, trace_format: str | None,
+                      split: str = "test", n_traces: int | None = None) -> str:
     """One line saying where a test set comes from (printed by every run)."""
     if is_builtin(spec, dataset):
         return f"{dataset}: built-in {spec.name} dataset, its test split"
+    if split == "all":
+        return f"{dataset}: every trace in it ({n_traces} traces)"
     from plume.traces.loaders import describe_split
 
-    return describe_split(Path(dataset).expanduser(), trace_format or "npz")
+    return (f"{describe_split(Path(dataset).expanduser(), trace_format or 'npz')}: the training "
+            "dataset's own test split (its other traces train)")
 
 
 def test_set_name(spec: EnvSpec, dataset: str) -> str:
@@ -87,13 +106,15 @@ def load_checked(spec: EnvSpec, env: Any, dataset: str, split: str, params: Any)
 
 
 def load_test_sets(spec: EnvSpec, env: Any, params: Any) -> dict[str, TraceSet]:
-    """Every test set of the ``env`` section by name, each announced with where it comes from."""
+    """Every test set of the ``env`` section by name (:func:`played_split` says which traces of
+    each), each announced with where it comes from."""
     test_sets = {}
     for dataset in env.test_sets:
-        test_sets[test_set_name(spec, dataset)] = load_checked(spec, env, dataset, "test",
-                                                               params)
-        logging.getLogger("plume").info(
-            "test set %s", describe_test_set(spec, dataset, env.trace_format))
+        split = played_split(spec, env.dataset, dataset)
+        traces = load_checked(spec, env, dataset, split, params)
+        test_sets[test_set_name(spec, dataset)] = traces
+        logging.getLogger("plume").info("test set %s", describe_test_set(
+            spec, dataset, env.trace_format, split, len(traces)))
     return test_sets
 
 

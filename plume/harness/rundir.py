@@ -5,7 +5,9 @@ Every file is written atomically (temporary file + rename, the temporary removed
 write fails), so a crash or a reader in another process never sees half a file. Checkpoints
 are data that loading can never execute (``plume.harness.statefile``); a torn or corrupt one
 is detected when loaded (:class:`CorruptCheckpoint`) and never trusted. One process at a time
-works in a run directory (:meth:`RunDirectory.lock`).
+works in a run directory (:meth:`RunDirectory.lock`). A write the system refuses (a full disk,
+a file-size limit) is one :class:`~plume.harness.errors.WriteFailed` line naming the file, its
+temporary removed; Hydra's job log file (:class:`RunLogHandler`) says so once and stops.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
+from plume.harness.errors import os_error, write_failed
 from plume.run_record import (  # noqa: F401  (the names harness modules import from here)
     CHECKPOINT,
     COMPLETED,
@@ -52,13 +57,44 @@ class RunDirectoryLocked(RuntimeError):
 
 
 def _atomic_write(path: Path, write) -> None:
+    """``write(tmp)`` then rename; the temporary removed on failure, and a write the system
+    refused (an OSError, maybe under a library's own error) raised as one WriteFailed line."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        refused = os_error(err) if isinstance(err, Exception) else None
+        if refused is None:
+            raise
+        raise write_failed(path, refused) from None
+
+
+class RunLogHandler(logging.FileHandler):
+    """Hydra's job log file (``hydra.job_logging.handlers.file`` in ``conf/hydra/default.yaml``).
+    A record it cannot write (a full disk) is one line on stderr, then the file is closed and
+    left as it is: logging's own handler prints ``--- Logging error ---`` and a traceback for
+    every record, burying the job's one-line error under hundreds."""
+
+    failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        refused = os_error(sys.exc_info()[1])
+        if refused is None:
+            super().handleError(record)
+            return
+        self.failed = True
+        with contextlib.suppress(OSError):  # its buffer cannot be flushed either
+            self.close()
+        with contextlib.suppress(OSError):  # a stderr on the same full disk
+            print(f"{write_failed(self.baseFilename, refused)}: this log file stops here (the "
+                  "console shows the rest)", file=sys.stderr, flush=True)
 
 
 def discard_unused(path: Path) -> bool:
@@ -149,6 +185,11 @@ class RunDirectory:
         for name, text in files.items():
             _atomic_write(folder / name, lambda tmp, text=text: tmp.write_text(text))
 
+    def write_text(self, name: str, text: str) -> Path:
+        path = self.path / name
+        _atomic_write(path, lambda tmp: tmp.write_text(text))
+        return path
+
     def write_json(self, name: str, content: dict[str, Any]) -> Path:
         path = self.path / name
         text = json.dumps(content, indent=2, default=str)
@@ -172,8 +213,17 @@ class RunDirectory:
         (self.path / TRAIN_LOG).unlink(missing_ok=True)
 
     def append_train(self, record: dict[str, Any]) -> None:
-        with open(self.path / TRAIN_LOG, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        """One line more in ``train.jsonl``; a refused write is cut back off (a torn last line
+        would break a resume) and raised as WriteFailed."""
+        path = self.path / TRAIN_LOG
+        size = path.stat().st_size if path.exists() else 0
+        try:
+            with open(path, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                os.truncate(path, size)
+            raise write_failed(path, err) from None
 
     def truncate_train_log(self, env_steps: int) -> None:
         """Drop training records past ``env_steps`` (those a resumed job will redo)."""
@@ -201,8 +251,14 @@ class RunDirectory:
         numbers, strings, containers and encoded snapshots; never a pickle."""
         from plume.harness import statefile
 
+        def write(tmp: Path) -> None:
+            # through a Python file: a failed write surfaces as an OSError (torch's own file
+            # says only "iostream error") and the handle is closed, freeing the temporary's space
+            with open(tmp, "wb") as handle:
+                statefile.save(state, handle)
+
         path = self.path / CHECKPOINT
-        _atomic_write(path, lambda tmp: statefile.save(state, tmp))
+        _atomic_write(path, write)
         return path
 
     @property

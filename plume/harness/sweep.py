@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from hydra.types import RunMode
 
-from plume.harness.errors import ConfigError, JobRefused
+from plume.harness.errors import ConfigError, JobRefused, WriteFailed
 
 REFUSED_EXIT, FAILED_EXIT = 2, 1
 _LAST: dict[str, int] = {}
@@ -105,6 +105,17 @@ def refuse(app: str, err: Exception, mode: RunMode | None) -> NoReturn:
         raise JobRefused(str(err)) from None
     print(f"{app}: error: {err}", file=sys.stderr)
     sys.exit(REFUSED_EXIT)
+
+
+def failed_write(app: str, err: WriteFailed, mode: RunMode | None) -> NoReturn:
+    """A write the system refused (a full disk): in a single run one line and exit status 1
+    (the job failed; its status says why where it could still be written); in a sweep the
+    error itself, which the sweeper counts failed in one line; with ``HYDRA_FULL_ERROR=1`` its
+    traceback."""
+    if mode != RunMode.RUN or os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    print(f"{app}: error: {err}", file=sys.stderr, flush=True)
+    sys.exit(FAILED_EXIT)
 
 
 def exit_code() -> int:

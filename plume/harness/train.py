@@ -32,6 +32,7 @@ from plume.harness import snapshot, sweep
 from plume.harness.anchors import SCORE_FILE, controller_trace_scores, score_description
 from plume.harness.configdir import CONF_DIR
 from plume.harness.datasets import VALIDATION, make_env
+from plume.harness.errors import WriteFailed
 from plume.harness.evaluation import Evaluator
 from plume.harness.loop import Schedule, TrainingLoop
 from plume.harness.monitor import TrainingMonitor
@@ -90,6 +91,8 @@ def train_job(cfg: DictConfig) -> dict[str, Any] | None:
         return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices, hydra_record=record)
     except (ConfigError, RunDirectoryLocked, NonFiniteTraining) as err:  # one line
         sweep.refuse("plume-train", err, hydra_cfg.mode)
+    except WriteFailed as err:  # a full disk: one line too, but a failure (exit status 1)
+        sweep.failed_write("plume-train", err, hydra_cfg.mode)
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(train_job)
@@ -128,7 +131,7 @@ def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
     resolve_sampler_defaults(cfg, job)
     if job.algo_default is not None and "algo" in choices:  # Hydra's choice was "auto"
         choices = {**choices, "algo": job.algo_default.preset}
-    fingerprint = _fingerprint(cfg)
+    fingerprint = config_fingerprint(cfg)
     stale = rundir.remove_stale_temporaries()
     if stale:
         log.info("removed %d temporary file(s) a killed process left: %s", len(stale),
@@ -137,7 +140,7 @@ def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
     if previous is None and rundir.status_damaged:
         log.warning("%s: status.json is not a Plume status; the job starts afresh", rundir.path)
     resume = None if job.overwrite else _resumable(rundir, fingerprint)
-    (rundir.path / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    rundir.write_text(RESOLVED_CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
     resumes = list((previous or {}).get("resumes", [])) if resume is not None else []
     if resume is None:
         rundir.reset_train_log()
@@ -161,9 +164,7 @@ def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
         summary = _train(inputs, rundir, tracker, fingerprint, resume)
         exit_code = 0
     except BaseException as err:
-        rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
-                            traceback=traceback.format_exc(),
-                            elapsed_s=round(time.time() - started, 3))
+        _record_failure(rundir, err, started)
         raise
     finally:
         tracker.finish(exit_code)
@@ -182,6 +183,20 @@ def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
         log.info("W&B offline run: %s  (upload: wandb sync %s)", tracker.location,
                  tracker.location)
     return summary
+
+
+def _record_failure(rundir: RunDirectory, err: BaseException, started: float) -> None:
+    """``failed`` and why in status.json. A disk too full for that small file too leaves it as
+    it was (``running``: read as interrupted once the process is gone) and a WriteFailed says
+    so in its one line."""
+    try:
+        rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
+                            traceback=traceback.format_exc(),
+                            elapsed_s=round(time.time() - started, 3))
+    except WriteFailed:
+        if isinstance(err, WriteFailed):
+            also = f"{err} (status.json could not be updated either: it still says running)"
+            err.args = (also,)
 
 
 def _train(
@@ -310,7 +325,7 @@ def _analysis(job: JobConfig, traces):
     return run_analysis(traces, job.analysis, job.paths.cache)
 
 
-def _fingerprint(cfg: DictConfig) -> str:
+def config_fingerprint(cfg: DictConfig) -> str:
     """Hash of everything that decides what a job trains (not where or how it logs)."""
     import hashlib
 

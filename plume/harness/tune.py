@@ -6,13 +6,15 @@ jobs (one per seed) in ordinary run directories, trained rung by rung with ``tra
 (paused at each rung, resumed from its checkpoint at the next). Its value at a rung is the mean
 over its seeds of each run's mean ``score`` on the held-out training traces (``train.validation``,
 test set ``validation``) at its last evaluation at or before the rung: the test sets are never
-read, so a search cannot tune on them. Only the sweeper process touches the study.
+read, so a search cannot tune on them. Only the sweeper process touches the study, and never a
+damaged journal file (:func:`check_journal`).
 
 Optuna (``pip install -e '.[tune]'``) is imported only by the functions that need it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
@@ -70,6 +72,21 @@ class Param:
     def probe(self) -> Any:
         """A value of the space, to compose a job before any trial exists."""
         return self.choices[0] if self.type == "categorical" else self.low
+
+    def ends(self) -> list[tuple[str, Any]]:
+        """(what, value) of every value a check of the space tries before any trial: each
+        choice, or both ends of the range (the top one a ``step`` reaches, as Optuna's)."""
+        if self.type == "categorical":
+            return [("choice", c) for c in self.choices]
+        top = self.high
+        if self.step is not None:
+            from optuna.distributions import FloatDistribution, IntDistribution
+
+            kind = FloatDistribution if self.type == "float" else IntDistribution
+            with warnings.catch_warnings():  # Optuna's "high is not a multiple of step"
+                warnings.simplefilter("ignore")
+                top = kind(self.low, self.high, step=self.step).high
+        return [("low", self.low), ("high", top)]
 
 
 def override_value(value: Any) -> str:
@@ -236,6 +253,78 @@ def open_study(name: str, storage: str | None, sweep_dir: Path, direction: str, 
     study = optuna.create_study(storage=backend, study_name=name, direction=direction,
                                 sampler=sampler, pruner=pruner, load_if_exists=True)
     return study, where
+
+
+def check_journal(path: Path) -> None:
+    """Refuse a damaged journal file before the sweeper opens it (ConfigError naming the file,
+    the first bad line and how to go on), reading it only. Optuna itself skips a torn or
+    undecodable last line and appends after it (tearing the next line too), and stops on any
+    other bad line with a traceback, after writing to the file."""
+    if not path.is_file():
+        return
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as err:
+        raise ConfigError(f"{path}: the study's journal cannot be read: {err.strerror}") from None
+    logs: list[dict] = []
+    bad = None
+    for number, line in enumerate(lines, start=1):
+        if number == len(lines):  # after the last line break: nothing, or a torn line
+            bad = (number, "is torn (no line break at its end: a write cut short)") if line else None
+            break
+        log = _journal_operation(line)
+        if isinstance(log, str):
+            bad = (number, log)
+            break
+        logs.append(log)
+    bad = _replay(logs) or bad  # a line before the first unreadable one may not replay either
+    if bad is not None:
+        number, problem = bad
+        keep = (f", or keep its first {number - 1} line(s) to resume from what they record "
+                f"(head -n {number - 1} {path} > kept.journal; mv kept.journal {path})"
+                if number > 1 else "")
+        raise ConfigError(f"{path}:{number}: damaged Optuna journal: line {number} {problem}; "
+                          f"the sweeper has not written to it: move it aside to start the "
+                          f"study afresh{keep}")
+
+
+def _journal_operation(line: bytes) -> dict | str:
+    """One journal line as Optuna's operation record, or what is wrong with it."""
+    if not line.strip():
+        return "is empty"
+    try:
+        log = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "is not text (not UTF-8)"
+    except json.JSONDecodeError as err:
+        return f"is not JSON ({err.msg} at column {err.colno})"
+    op = log.get("op_code") if isinstance(log, dict) else None
+    if not isinstance(op, int) or isinstance(op, bool):
+        return "is not an Optuna journal operation (no integer op_code)"
+    return log
+
+
+def _replay(logs: list[dict]) -> tuple[int, str] | None:
+    """Optuna's own replay of ``logs`` in memory (nothing written): the line it fails on."""
+    from optuna.storages.journal import BaseJournalBackend, JournalStorage
+
+    class Lines(BaseJournalBackend):
+        read = 0
+
+        def read_logs(self, log_number_from: int):
+            for number in range(log_number_from, len(logs)):
+                self.read = number + 1
+                yield logs[number]
+
+        def append_logs(self, new: list[dict]) -> None:
+            raise RuntimeError("a replay to check a journal writes nothing")
+
+    lines = Lines()
+    try:
+        JournalStorage(lines)
+    except Exception as err:  # noqa: BLE001 (any failure of Optuna's replay: that line)
+        return lines.read, f"cannot be replayed by Optuna ({type(err).__name__}: {err})"
+    return None
 
 
 def recover(study) -> list[int]:
