@@ -80,6 +80,19 @@ def _wandb_sandbox(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
 
 
+def compose_train(*overrides: str):
+    """The job config Hydra would build for ``plume-train OVERRIDES`` (usable from module
+    fixtures, where the function-scoped ``compose_cfg`` is not)."""
+    import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose("train", overrides=list(overrides))
+    finally:
+        GlobalHydra.instance().clear()
+
+
 @pytest.fixture
 def compose_cfg():
     """compose_cfg(*overrides) -> the job config Hydra would build for plume-train."""

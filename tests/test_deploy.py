@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from plume.deploy import load_controller
 from plume.deploy.contract import ContractError, read_contract
@@ -27,7 +29,7 @@ from plume.deploy.sessions import MeasurementError
 from plume.harness.export import export_run
 from plume.harness.rundir import RunDirectory
 from plume.harness.train import run_job
-from tests.conftest import CONF_DIR, ONE_THREAD, TINY
+from tests.conftest import CONF_DIR, ONE_THREAD, TINY, compose_train
 
 # One update of each learner: the weights only need to be a network's, not a good one's.
 BASE = [o for o in TINY if not o.startswith(("env.test_sets", "algo.", "train.total_steps",
@@ -60,17 +62,6 @@ CASES = {
 }
 
 
-def _compose(*overrides: str):
-    import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose("train", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """trained(case) -> (run dir, export dir): one tiny run per case, exported once."""
@@ -80,7 +71,7 @@ def trained(tmp_path_factory):
     def get(case: str) -> tuple[Path, Path]:
         if case not in made:
             run_dir = root / case
-            run_job(_compose(*BASE, *CASES[case][0], f"paths.root={root}"), run_dir)
+            run_job(compose_train(*BASE, *CASES[case][0], f"paths.root={root}"), run_dir)
             made[case] = (run_dir, export_run(run_dir))
         return made[case]
 
@@ -155,27 +146,33 @@ def test_the_report_lists_exports_with_their_parity(trained, tmp_path):
 
 def test_a_run_that_logs_to_wandb_gets_the_export_as_an_artifact(trained, tmp_path):
     """Offline (nothing leaves the machine): the artifact is in the offline run's records,
-    for ``wandb sync`` to upload with it."""
+    for ``wandb sync`` to upload with it. The run sits in a real sweep folder ``seed=0``,
+    whose ``=`` W&B refuses in artifact names (wandb 0.31: ValueError)."""
     import shutil
 
     import yaml
 
+    from plume.harness.export import artifact_name
+
     run_dir, _ = trained("a2c-mlp-gaussian")
-    copy = tmp_path / "run"
+    copy = tmp_path / "exp" / "sampler=uniform" / "seed=0"
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("export", "exports.json"))
     config = yaml.safe_load((copy / "config.yaml").read_text())
     config["logger"] = {"name": "wandb", "mode": "offline", "project": "plume", "entity": None,
                         "tags": []}
-    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    (copy / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     export_run(copy)
+    name = artifact_name(OmegaConf.load(copy / "config.yaml"), copy)
+    assert re.fullmatch(r"controller-[A-Za-z0-9_.-]+-[0-9a-f]{8}", name) and len(name) <= 128
+    assert "seed_0" in name and "sampler_uniform" in name
     (records,) = copy.glob("wandb/offline-run-*/run-*.wandb")
     # W&B's writer process may still be flushing the record file when finish() returns
     # (seen once under a loaded machine): wait for it, bounded.
     deadline = time.monotonic() + 30
-    while (f"controller-{copy.name}".encode() not in records.read_bytes()
-           and time.monotonic() < deadline):
+    while name.encode() not in records.read_bytes() and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert f"controller-{copy.name}".encode() in records.read_bytes()
+    assert name.encode() in records.read_bytes()
+    assert (copy / "export" / "contract.json").is_file()
 
 
 def test_contract_documents_the_gelato_observation(trained):
@@ -352,7 +349,10 @@ def test_unusable_exports_fail_in_one_line(tmp_path):
     with pytest.raises(ContractError, match="no contract"):
         load_controller(tmp_path)
     (tmp_path / "contract.json").write_text('{"format": "plume-controller/9"}')
-    with pytest.raises(ContractError, match="missing key"):
+    with pytest.raises(ContractError, match="format 'plume-controller/9'; this Plume reads"):
+        load_controller(tmp_path)
+    (tmp_path / "contract.json").write_text('{"format": "plume-controller/2"}')
+    with pytest.raises(ContractError, match="missing key.s. env, observation, action"):
         load_controller(tmp_path)
     out = subprocess.run([sys.executable, "-m", "plume.harness.export", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)

@@ -3,29 +3,39 @@
 
 Parity (at export, on the observations of the run's own test episodes): the PyTorch module,
 the TorchScript file and the ONNX file (under onnxruntime) give outputs within ``TOLERANCE``
-x max(1, the step's largest |output|) and the same greedy action on every recorded step. A step whose two best
-outputs are within that tolerance of each other is a tie: counted and reported (with how
-many tied steps the formats break differently), never a failure and never hidden. Anything
+x max(1, the step's largest |output|) and the same greedy action on every recorded step. A
+step whose two best outputs are within that tolerance of each other is a tie: counted and
+reported (with how many tied steps the formats break differently), never a failure and never
+hidden. Anything
 else fails the export with :class:`ParityError` naming the format, the step and the values.
-Files are written to a temporary folder and moved into place only when parity holds.
+Files are written to a private staging folder beside the destination and moved into place
+only when parity holds; the destination must be new, empty or an earlier export of the same
+run or rule (:func:`check_destination`), and only the files an export writes are replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from plume import __version__
-from plume.deploy.contract import CONTRACT_FORMAT, write_contract
+from plume.deploy.contract import CONTRACT_FILE, CONTRACT_FORMAT, write_contract
+from plume.deploy.verify import env_description
 
-__all__ = ["ONNX_OPSET", "TOLERANCE", "ParityError", "check_parity", "contract_for",
-           "export_controller", "export_policy", "export_rule", "install"]
+__all__ = ["EXPORT_FILES", "ONNX_OPSET", "TOLERANCE", "DestinationError", "ParityError",
+           "check_destination", "check_parity", "contract_for", "export_controller",
+           "export_identity", "export_policy", "export_rule", "install", "stage_policy",
+           "staging"]
 
 TOLERANCE = 1e-5
 """Largest output difference between formats, relative to max(1, the step's largest |output|):
@@ -34,6 +44,8 @@ between two correct implementations while logits near 0 must agree to 1e-5."""
 TOLERANCE_TEXT = f"{TOLERANCE:g} x max(1, largest |output| of the step)"
 ONNX_OPSET = 18
 ONNX_FILE, TORCHSCRIPT_FILE = "policy.onnx", "policy.pt"
+EXPORT_FILES = (ONNX_FILE, TORCHSCRIPT_FILE, CONTRACT_FILE)
+"""Every file an export writes: a re-export replaces these and nothing else."""
 BATCH = 4096
 """Observations per forward pass in the parity check."""
 
@@ -42,17 +54,19 @@ class ParityError(RuntimeError):
     """The exported files do not compute what the trained policy computes."""
 
 
+class DestinationError(ValueError):
+    """An export folder that is refused: writing there could destroy what Plume did not
+    write, or nothing can be written there. One line; nothing was written."""
+
+
 def contract_for(spec, params, policy: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
     """The contract of ``spec``'s environment with ``params``, ``policy`` and ``source``."""
     from dataclasses import asdict, is_dataclass
 
-    described = spec.deployment(params) if spec.deployment is not None else {
-        "observation": {"fields": [], "note": "the environment describes no fields"},
-        "action": {}, "constants": {}}
     env = {"name": spec.name, "variant": getattr(params, "variant", None),
            "params": asdict(params) if is_dataclass(params) else {}}
     return {"format": CONTRACT_FORMAT, "plume_version": __version__, "env": env,
-            **described, "policy": policy, "source": source}
+            **env_description(spec, params), "policy": policy, "source": source}
 
 
 def _forward(module, observations: np.ndarray) -> np.ndarray:
@@ -123,7 +137,10 @@ def _trace_and_export(module, example, folder: Path) -> None:
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(module, example, check_trace=False)
-        torch.jit.save(traced, str(folder / TORCHSCRIPT_FILE))
+        # through a Python file: a failed write is an OSError (a path makes torch's C++ writer
+        # abort the process when the disk fills)
+        with open(folder / TORCHSCRIPT_FILE, "wb") as handle:
+            torch.jit.save(traced, handle)
         batch = torch.export.Dim("batch", min=1)
         program = torch.onnx.export(module, (example,), dynamo=True, opset_version=ONNX_OPSET,
                                     input_names=["obs"], output_names=["outputs"],
@@ -131,54 +148,145 @@ def _trace_and_export(module, example, folder: Path) -> None:
         program.save(str(folder / ONNX_FILE))
 
 
-def export_policy(greedy, observations: np.ndarray, contract: dict[str, Any],
-                  out: Path) -> dict[str, Any]:
-    """Write ``greedy`` (an ``Algorithm.greedy_policy()``) to ``out`` as TorchScript, ONNX and
-    the contract (its ``policy`` section filled in here), after the parity check on
-    ``observations`` (N, obs_dim) float32; returns the parity report."""
+def stage_policy(greedy, observations: np.ndarray, contract: dict[str, Any],
+                 folder: Path) -> dict[str, Any]:
+    """Write ``greedy`` (an ``Algorithm.greedy_policy()``) into the staging ``folder`` as
+    TorchScript, ONNX and the sealed contract (its ``policy`` section filled in here), after
+    the parity check on ``observations`` (N, obs_dim) float32; returns the parity report."""
     import onnxruntime
     import torch
 
     observations = np.ascontiguousarray(observations, dtype=np.float32)
     obs_dim = observations.shape[1]
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=Path(out).parent) as tmp:
-        folder = Path(tmp)
-        _write_models(greedy.module, obs_dim, folder)
-        reference = _forward(greedy.module, observations)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript: Puffer's format
-            scripted_module = torch.jit.load(str(folder / TORCHSCRIPT_FILE))
-        scripted = _forward(scripted_module, observations)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1
-        session = onnxruntime.InferenceSession(str(folder / ONNX_FILE), options,
-                                               providers=["CPUExecutionProvider"])
-        onnx_out = np.concatenate([session.run(None, {"obs": observations[i:i + BATCH]})[0]
-                                   for i in range(0, len(observations), BATCH)])
-        parity = check_parity(reference, {"torchscript": scripted, "onnx": onnx_out},
-                              greedy.rule)
-        contract["policy"] = {
-            **contract["policy"], "kind": "model",
-            "files": {"onnx": ONNX_FILE, "torchscript": TORCHSCRIPT_FILE},
-            "input": {"name": "obs", "shape": [None, obs_dim], "dtype": "float32",
-                      "layout": "a batch of flattened observations, as contract.observation"},
-            "output": {"name": "outputs", "meaning": greedy.outputs,
-                       "shape": [None, int(reference.shape[-1])]},
-            "greedy": greedy.rule, "onnx_opset": ONNX_OPSET}
-        contract["parity"] = parity
-        write_contract(folder, contract)
-        install(folder, Path(out))
+    _write_models(greedy.module, obs_dim, folder)
+    reference = _forward(greedy.module, observations)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript: Puffer's format
+        scripted_module = torch.jit.load(str(folder / TORCHSCRIPT_FILE))
+    scripted = _forward(scripted_module, observations)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(folder / ONNX_FILE), options,
+                                           providers=["CPUExecutionProvider"])
+    onnx_out = np.concatenate([session.run(None, {"obs": observations[i:i + BATCH]})[0]
+                               for i in range(0, len(observations), BATCH)])
+    parity = check_parity(reference, {"torchscript": scripted, "onnx": onnx_out}, greedy.rule)
+    contract["policy"] = {
+        **contract["policy"], "kind": "model",
+        "files": {"onnx": ONNX_FILE, "torchscript": TORCHSCRIPT_FILE},
+        "input": {"name": "obs", "shape": [None, obs_dim], "dtype": "float32",
+                  "layout": "a batch of flattened observations, as contract.observation"},
+        "output": {"name": "outputs", "meaning": greedy.outputs,
+                   "shape": [None, int(reference.shape[-1])]},
+        "greedy": greedy.rule, "onnx_opset": ONNX_OPSET}
+    contract["parity"] = parity
+    write_contract(folder, contract)
     return parity
 
 
-def install(folder: Path, out: Path) -> None:
-    """Replace ``out`` by ``folder``'s files (a previous export there is removed)."""
+def export_policy(greedy, observations: np.ndarray, contract: dict[str, Any],
+                  out: Path) -> dict[str, Any]:
+    """:func:`stage_policy` into ``out`` (checked first by :func:`check_destination`), moved
+    into place only when parity holds; returns the parity report."""
     out = Path(out)
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.copytree(folder, out)
-    out.chmod(0o755)  # the temporary folder was private
+    check_destination(out, export_identity(contract))
+    with staging(out) as folder:
+        parity = stage_policy(greedy, observations, contract, folder)
+        install(folder, out)
+    return parity
+
+
+def export_identity(contract: dict[str, Any]) -> str:
+    """What an export is an export *of*: its run (by the hash of the run's config.yaml, which
+    moving or copying the run keeps), or a rule of an environment."""
+    source = contract.get("source") if isinstance(contract.get("source"), dict) else {}
+    if source.get("config_sha256"):
+        return f"run {source['config_sha256']}"
+    env = contract.get("env") if isinstance(contract.get("env"), dict) else {}
+    policy = contract.get("policy") if isinstance(contract.get("policy"), dict) else {}
+    return f"rule {policy.get('controller')} of env {env.get('name')}"
+
+
+def _earlier_identity(folder: Path) -> str | None:
+    """The identity of the export already in ``folder`` (None: not an export, or unreadable)."""
+    try:
+        contract = json.loads((folder / CONTRACT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return export_identity(contract) if isinstance(contract, dict) else None
+
+
+def check_destination(out: Path, identity: str, run_dir: Path | None = None) -> None:
+    """DestinationError unless ``out`` is missing, empty, or an earlier export of
+    ``identity``: an export never deletes what it did not write. ``run_dir`` (the run being
+    exported) may be neither ``out`` nor inside it (a sweep root, a parent folder)."""
+    out = Path(out).resolve()
+    if run_dir is not None:
+        run = Path(run_dir).resolve()
+        if out == run:
+            raise DestinationError(f"--out {out} is the run directory itself; an export goes "
+                                   f"into a folder of its own (default {run / 'export'})")
+        if run.is_relative_to(out):
+            raise DestinationError(f"--out {out} contains the run {run} (a sweep root or a "
+                                   "parent folder); choose a new or empty folder")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DestinationError(f"--out {out} exists and is not a folder")
+    if not any(out.iterdir()):
+        return
+    if _earlier_identity(out) != identity:
+        raise DestinationError(f"--out {out} is not empty and holds no earlier export of "
+                               f"this {identity.split(' ')[0]}; nothing was written (choose a "
+                               "new or empty folder)")
+
+
+@contextlib.contextmanager
+def staging(out: Path) -> Iterator[Path]:
+    """A private folder beside ``out`` (same file system: files move in by rename) for the
+    export's files; removed afterwards, and with it every folder made for ``out``'s parent
+    when the export fails, so a failed export leaves nothing behind."""
+    out = Path(out)
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=".export-", dir=out.parent))
+    except OSError as err:
+        _remove_empty(made)
+        raise DestinationError(f"--out {out}: cannot write there ({err.strerror or err})") \
+            from None
+    try:
+        yield folder
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        _remove_empty(made)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def install(folder: Path, out: Path) -> None:
+    """Move the staged export files of ``folder`` into ``out`` (made if missing), replacing
+    the files an export writes (:data:`EXPORT_FILES`) and nothing else. The old contract goes
+    first and the new one comes last, so that an interrupted install leaves no contract (or
+    one whose seal no longer matches the models): refused when loaded, never acted on."""
+    out = Path(out)
+    out.mkdir(exist_ok=True)
+    staged = {p.name for p in folder.iterdir()}
+    (out / CONTRACT_FILE).unlink(missing_ok=True)
+    for name in EXPORT_FILES:
+        if name not in staged and (out / name).is_file():
+            (out / name).unlink()  # a format the new export does not have (rule after model)
+    for name in sorted(staged - {CONTRACT_FILE}, key=EXPORT_FILES.index):
+        os.replace(folder / name, out / name)
+    os.replace(folder / CONTRACT_FILE, out / CONTRACT_FILE)
 
 
 def export_controller(env: str, params: dict[str, Any] | Any, controller: str,
@@ -198,9 +306,9 @@ def export_controller(env: str, params: dict[str, Any] | Any, controller: str,
 
 
 def export_rule(contract: dict[str, Any], out: Path) -> Path:
-    """Write a rule's contract (no model files) into ``out``, replacing what was there."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=out.parent) as tmp:
-        write_contract(Path(tmp), contract)
-        install(Path(tmp), out)
+    """Write a rule's sealed contract (no model files) into ``out`` (checked first)."""
+    check_destination(out, export_identity(contract))
+    with staging(out) as folder:
+        write_contract(folder, contract)
+        install(folder, out)
     return out

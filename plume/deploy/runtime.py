@@ -16,13 +16,15 @@ onnxruntime (the ``deploy`` extra) and nothing that trains.
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from plume.deploy.contract import ContractError, read_contract
-from plume.deploy.sessions import MeasurementError, session_for
+from plume.deploy.contract import CONTRACT_FILE, ContractError, read_contract
+from plume.deploy.sessions import MeasurementError, has_session, no_session_reason, session_for
+from plume.deploy.verify import check_contract
 
 __all__ = ["ContractError", "DeployedController", "MeasurementError", "OnnxPolicy",
            "RulePolicy", "load_controller"]
@@ -40,14 +42,40 @@ class OnnxPolicy:
                                 "install 'plume-rl[deploy]' (or onnxruntime)") from None
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = options.inter_op_num_threads = int(threads)
-        self.session = onnxruntime.InferenceSession(str(path), options,
-                                                    providers=["CPUExecutionProvider"])
+        options.log_severity_level = 3  # errors only: a refused model is our one line
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), options,
+                                                        providers=["CPUExecutionProvider"])
+        except Exception as err:  # onnxruntime's own error types: a file it cannot run
+            raise ContractError(f"{path}: not a model onnxruntime can run "
+                                f"({_first_line(err)})") from None
         self.input_name = policy["input"]["name"]
         self.obs_dim = int(policy["input"]["shape"][1])
+        self.n_outputs = int(policy["output"]["shape"][1])
         self.rule = policy["greedy"]
         if self.rule["kind"] == "clip":
             self.low = np.asarray(self.rule["low"], np.float32)
             self.high = np.asarray(self.rule["high"], np.float32)
+        self._check_signature(path)
+
+    def _check_signature(self, path: Path) -> None:
+        """The model's own input and output agree with the contract, and it runs: one
+        zero observation answers with finite outputs of the contract's width."""
+        (given,), produced = self.session.get_inputs(), self.session.get_outputs()
+        width = given.shape[-1] if given.shape else None
+        if given.name != self.input_name or width != self.obs_dim:
+            raise ContractError(f"{path}: the model takes {given.name!r} of width {width}, the "
+                                f"contract says {self.input_name!r} of {self.obs_dim}")
+        try:
+            out = self.outputs(np.zeros((1, self.obs_dim), np.float32))
+        except Exception as err:
+            raise ContractError(f"{path}: the model fails on an observation "
+                                f"({_first_line(err)})") from None
+        if out.shape != (1, self.n_outputs) or not np.all(np.isfinite(out)):
+            raise ContractError(f"{path}: the model answers shape {out.shape} (finite: "
+                                f"{bool(np.all(np.isfinite(out)))}), the contract says "
+                                f"(1, {self.n_outputs}) finite outputs; {len(produced)} "
+                                "output(s)")
 
     def bind_to(self, session) -> OnnxPolicy:
         """A model has no per-session state: one policy serves every session."""
@@ -127,7 +155,9 @@ class DeployedController:
 
     def fork(self) -> DeployedController:
         """A controller with its own fresh session and this one's policy (a model is shared,
-        onnxruntime sessions may be run from several threads; a rule is bound anew)."""
+        onnxruntime sessions may be run from several threads; a rule with state is bound anew).
+        A stateless rule is shared with its scratch arrays: controllers forked from one decide
+        from one thread at a time (the Pensieve server decides in one thread)."""
         session = self._new_session()
         return DeployedController(self.contract, self.policy.bind_to(session), session,
                                   self._new_session)
@@ -144,28 +174,45 @@ class DeployedController:
 
 def load_controller(path: str | Path, *, threads: int = 1,
                     clip_bps: tuple[float, float] | None = None) -> DeployedController:
-    """The controller of an export directory (``plume-export``'s output). ``clip_bps``
-    (CC only) replaces the training clip of the sending rate, e.g. PCC-RL's (0.5e6, 300e6)."""
+    """The controller of an export directory (``plume-export``'s output), checked before its
+    first decision: the seal (model and contract hashes), the environment's own definition,
+    the policy's shapes, the model's signature and the session's constants; ContractError in
+    one line for anything damaged or edited. ``clip_bps`` (CC only) replaces the training
+    clip of the sending rate, e.g. PCC-RL's (0.5e6, 300e6)."""
     path = Path(path)
     contract = read_contract(path)
+    where = str(path / CONTRACT_FILE if path.is_dir() else path)
+    check_contract(contract, where)
     policy_section = contract["policy"]
     if policy_section["kind"] == "model":
-        model = path / policy_section["files"]["onnx"]
-        if not model.is_file():
-            raise ContractError(f"{model}: the contract's ONNX model is missing")
-        policy = OnnxPolicy(model, policy_section, threads)
+        folder = path if path.is_dir() else path.parent
+        policy = OnnxPolicy(folder / policy_section["files"]["onnx"], policy_section, threads)
     else:
         policy = RulePolicy(contract)
-    options = {"clip_bps": tuple(clip_bps)} if clip_bps is not None else {}
-
-    def new_session():
-        try:
+    options = {"clip_bps": _clip(clip_bps)} if clip_bps is not None else {}
+    if not has_session(contract):
+        def new_session():
+            return _ObservationOnly(contract, no_session_reason(contract))
+    else:
+        def new_session():
             return session_for(contract, **options)
-        except ValueError as err:
-            return _ObservationOnly(contract, str(err))
-
-    session = new_session()
+    try:
+        session = new_session()
+    except ContractError as err:
+        raise ContractError(f"{where}: {err}") from None
     return DeployedController(contract, policy.bind_to(session), session, new_session)
+
+
+def _clip(clip_bps: tuple[float, float]) -> tuple[float, float]:
+    low, high = (float(x) for x in clip_bps)
+    if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
+        raise ContractError(f"clip_bps must be two finite rates 0 < low < high, got {clip_bps}")
+    return low, high
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]
 
 
 class _ObservationOnly:

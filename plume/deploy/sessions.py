@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from plume.deploy.contract import ContractError
 from plume.envs.abr.observation import (
     GELATO_LEVELS,
     LOOKAHEAD,
@@ -43,7 +44,8 @@ from plume.envs.cc.observation import AuroraObservation, change_rate
 from plume.envs.lb.observation import park_observation
 
 __all__ = ["SESSIONS", "AuroraSession", "GelatoSession", "MeasurementError", "ParkSession",
-           "PensieveSession", "session_for"]
+           "PensieveSession", "constant", "constant_array", "has_session", "no_session_reason",
+           "session_for"]
 
 
 class MeasurementError(ValueError):
@@ -81,6 +83,33 @@ def matrix(record: dict[str, Any], key: str, shape: tuple[int, ...]) -> np.ndarr
     return value
 
 
+def constant(constants: dict[str, Any], key: str, low: float | None = None,
+             above: float | None = None, integer: bool = False) -> float:
+    """A contract constant a session uses, checked when the session is built (never at the
+    first request): finite, >= ``low`` / > ``above``, integral when asked; ContractError."""
+    value = constants.get(key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (low is None or value >= low) and (above is None or value > above)
+    if not ok or (integer and value != int(value)):
+        bound = (f" >= {low:g}" if low is not None else "") + (
+            f" > {above:g}" if above is not None else "")
+        kind = "an integer" if integer else "a finite number"
+        raise ContractError(f"constants.{key} must be {kind}{bound}, got {value!r}")
+    return float(value)
+
+
+def constant_array(constants: dict[str, Any], key: str, ndim: int) -> np.ndarray:
+    """A constant table of positive finite numbers with ``ndim`` axes, or ContractError."""
+    try:
+        value = np.asarray(constants.get(key), dtype=np.float64)
+    except (TypeError, ValueError):
+        value = np.zeros(0)
+    if value.ndim != ndim or value.size == 0 or not np.all(np.isfinite(value) & (value > 0)):
+        raise ContractError(f"constants.{key} must be a {ndim}-axis table of positive finite "
+                            "numbers")
+    return value
+
+
 def _one(x: float) -> np.ndarray:
     return np.array([x], dtype=np.float64)
 
@@ -89,10 +118,11 @@ class GelatoSession:
     """The Puffer / Gelato setting: 10 formats, a 5-chunk look-ahead of sizes and SSIMs."""
 
     def __init__(self, constants: dict[str, Any]) -> None:
-        self.observer = GelatoObservation(1, int(constants["history_len"]),
-                                          float(constants["max_buffer"]))
-        self.weights = (float(constants["quality_weight"]), float(constants["rebuf_weight"]),
-                        float(constants["change_weight"]))
+        self.observer = GelatoObservation(1, int(constant(constants, "history_len", 1,
+                                                          integer=True)),
+                                          constant(constants, "max_buffer", above=0.0))
+        self.weights = tuple(constant(constants, key) for key in (
+            "quality_weight", "rebuf_weight", "change_weight"))
         self.levels = GELATO_LEVELS
         self._prev, self._raw, self._change, self._s1 = (np.zeros(1) for _ in range(4))
         self._first = np.ones(1, dtype=bool)
@@ -135,11 +165,14 @@ class PensieveSession:
     (as Pensieve's server holds them), chunks counted by the session."""
 
     def __init__(self, constants: dict[str, Any]) -> None:
-        self.n_chunks = int(constants["n_chunks"])
+        self.n_chunks = int(constant(constants, "n_chunks", 1, integer=True))
+        self.levels_kbps = constant_array(constants, "levels_kbps", 1)
+        video = constant_array(constants, "video_sizes_bytes", 2)  # level x chunk, bytes
+        if video.shape[0] != len(self.levels_kbps) or np.any(np.diff(self.levels_kbps) <= 0):
+            raise ContractError(f"constants: levels_kbps must rise and name each of the "
+                                f"video's {video.shape[0]} levels")
         self.observer = PensieveObservation(1, self.n_chunks)
-        self.sizes = pensieve_video_table(  # the contract's video: level x chunk, bytes
-            self.n_chunks, np.asarray(constants["video_sizes_bytes"], dtype=np.float64))
-        self.levels_kbps = np.asarray(constants["levels_kbps"], dtype=np.float64)
+        self.sizes = pensieve_video_table(self.n_chunks, video)
         self.downloaded = np.zeros(1, dtype=np.int64)
 
     def reset(self) -> None:
@@ -189,11 +222,13 @@ class AuroraSession:
     num_envs = 1
 
     def __init__(self, constants: dict[str, Any], clip_bps: tuple[float, float] | None = None):
-        self.observer = AuroraObservation(1, int(constants["history"]))
-        self.delta_scale = float(constants["delta_scale"])
-        self.bits_per_packet = 8.0 * float(constants["packet_bytes"])
-        self.clip_bps = clip_bps or (float(constants["min_rate"]) * self.bits_per_packet,
-                                     float(constants["max_rate"]) * self.bits_per_packet)
+        self.observer = AuroraObservation(1, int(constant(constants, "history", 1,
+                                                          integer=True)))
+        self.delta_scale = constant(constants, "delta_scale", above=0.0)
+        self.bits_per_packet = 8.0 * constant(constants, "packet_bytes", above=0.0)
+        low = constant(constants, "min_rate", above=0.0)
+        high = constant(constants, "max_rate", above=low)
+        self.clip_bps = clip_bps or (low * self.bits_per_packet, high * self.bits_per_packet)
         self.max_rate = self.clip_bps[1] / self.bits_per_packet
         self.rate_bps: np.ndarray | None = None
         self._scaled, self._factor = np.zeros(1), np.zeros(1)
@@ -286,9 +321,12 @@ class ParkSession:
     num_envs = 1
 
     def __init__(self, constants: dict[str, Any]) -> None:
-        self.n_servers = int(constants["n_servers"])
-        self.obs_high, self.obs_scale = float(constants["obs_high"]), float(constants["obs_scale"])
-        self.service_rates = np.asarray(constants["service_rates"], dtype=np.float64)
+        self.n_servers = int(constant(constants, "n_servers", 1, integer=True))
+        self.obs_high = constant(constants, "obs_high", above=0.0)
+        self.obs_scale = constant(constants, "obs_scale", above=0.0)
+        self.service_rates = constant_array(constants, "service_rates", 1)
+        if len(self.service_rates) != self.n_servers:
+            raise ContractError(f"constants.service_rates must list {self.n_servers} rates")
         self.obs = np.zeros((1, self.n_servers + 1), dtype=np.float32)
         self.job_index = np.zeros(1, dtype=np.int64)
         self.job_size = np.zeros(1)
@@ -335,13 +373,25 @@ SESSIONS = {("abr", "gelato"): GelatoSession, ("abr", "pensieve"): PensieveSessi
 """(env, variant) -> the session class of Plume's built-in environments."""
 
 
+def _key(contract: dict[str, Any]) -> tuple[Any, Any]:
+    return contract["env"].get("name"), contract["env"].get("variant")
+
+
+def has_session(contract: dict[str, Any]) -> bool:
+    """Whether the runtime has a session for the contract's environment."""
+    return _key(contract) in SESSIONS
+
+
+def no_session_reason(contract: dict[str, Any]) -> str:
+    name, variant = _key(contract)
+    return (f"no deployment session for env={name}" + (f" variant={variant}" if variant else "")
+            + "; pass observations with act_observation() instead")
+
+
 def session_for(contract: dict[str, Any], **options: Any):
-    """The session of a contract's environment (``options``: CC's ``clip_bps``)."""
-    env = contract["env"]
-    key = (env["name"], env.get("variant"))
-    if key not in SESSIONS:
-        raise ValueError(f"no deployment session for env={key[0]}"
-                         + (f" variant={key[1]}" if key[1] else "")
-                         + "; pass observations with act_observation() instead")
+    """The session of a contract's environment (``options``: CC's ``clip_bps``), its
+    constants checked (ContractError); ValueError for an environment without one."""
+    if not has_session(contract):
+        raise ValueError(no_session_reason(contract))
     constants = {**contract["constants"], **contract["action"]}
-    return SESSIONS[key](constants, **options)
+    return SESSIONS[_key(contract)](constants, **options)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -24,8 +26,8 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from plume import __version__
-from plume.harness.errors import ConfigError
-from plume.harness.rundir import RESOLVED_CONFIG, CorruptCheckpoint, RunDirectory
+from plume.harness.errors import ConfigError, os_error, write_failed
+from plume.harness.rundir import CHECKPOINT, RESOLVED_CONFIG, CorruptCheckpoint, RunDirectory
 
 log = logging.getLogger("plume")
 
@@ -63,9 +65,11 @@ def record_observations(spec, params, test_sets, act) -> np.ndarray:
     return rows
 
 
-def _export_learned(cfg, rundir: RunDirectory, out: Path) -> dict[str, Any]:
+def _export_learned(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
+    """Stage the run's learned controller into ``folder``: the learner rebuilt as the job
+    built it and loaded from its checkpoint, which must be this configuration's."""
     from plume.agents import ALGORITHMS
-    from plume.deploy.export import contract_for, export_policy
+    from plume.deploy.export import contract_for, stage_policy
     from plume.harness.datasets import make_env
     from plume.harness.preflight import check_train
 
@@ -73,12 +77,13 @@ def _export_learned(cfg, rundir: RunDirectory, out: Path) -> dict[str, Any]:
     job = inputs.job
     if not rundir.has_checkpoint:
         raise ConfigError(f"{rundir.path}: no checkpoint.pt to export (has the job run?)")
+    checkpoint = rundir.load_checkpoint()
+    _check_fingerprint(cfg, rundir, checkpoint)
     # The learner as the job built it (same copies: DQN keeps n-step windows per copy).
     probe = make_env(job.env_spec, inputs.train_traces, job.env.n_envs, None, mode="train",
                      seed=0, params=job.env_params)
     agent = ALGORITHMS[job.algo_name](probe, job.algo, seed=0,
                                       total_env_steps=job.train.total_steps)
-    checkpoint = rundir.load_checkpoint()
     agent.load_state_dict(checkpoint["agent"])
     state = (rundir.status() or {}).get("state")
     if state != "completed":
@@ -88,70 +93,109 @@ def _export_learned(cfg, rundir: RunDirectory, out: Path) -> dict[str, Any]:
                                        lambda obs: agent.act(obs, deterministic=True))
     traces = {"train": inputs.train_traces, **inputs.test_sets}
     source = {**_source(rundir.path, rundir, traces),
-              "env_steps": int(checkpoint.get("env_steps", 0)), "seed": job.seed}
+              "env_steps": int(checkpoint.get("env_steps", 0)), "seed": job.seed,
+              "fingerprint": checkpoint["fingerprint"]}
     policy = {"algorithm": job.algo_name, "network": getattr(job.algo, "network", None)}
     contract = contract_for(job.env_spec, job.env_params, policy, source)
-    parity = export_policy(agent.greedy_policy(), observations, contract, out)
+    parity = stage_policy(agent.greedy_policy(), observations, contract, folder)
     log.info("parity on %d recorded test steps: outputs within %s; %d tied steps",
              parity["steps"], parity["tolerance"], parity["ties"])
     return {"kind": "model", "algorithm": job.algo_name, "parity": parity}
 
 
-def _export_rule(cfg, rundir: RunDirectory, out: Path) -> dict[str, Any]:
-    from plume.deploy.export import contract_for, export_rule
+def _check_fingerprint(cfg, rundir: RunDirectory, checkpoint: dict[str, Any]) -> None:
+    """ConfigError unless the checkpoint was trained by this run's configuration (training
+    resumes only from such a checkpoint; an export must not name another job's weights)."""
+    from plume.harness.train import config_fingerprint
+
+    expected, found = config_fingerprint(cfg), checkpoint.get("fingerprint")
+    if found != expected:
+        raise ConfigError(f"{rundir.path / CHECKPOINT}: trained by another configuration "
+                          f"(fingerprint {found}, this run's config.yaml gives {expected}); "
+                          "export the run directory that made it")
+
+
+def _export_rule(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
+    from plume.deploy.contract import write_contract
+    from plume.deploy.export import contract_for
     from plume.harness.preflight import check_eval
 
     _, spec, params, name, test_sets = check_eval(cfg)
-    contract = contract_for(spec, params, {"kind": "rule", "controller": name},
-                            _source(rundir.path, rundir, test_sets))
-    export_rule(contract, out)
+    write_contract(folder, contract_for(spec, params, {"kind": "rule", "controller": name},
+                                        _source(rundir.path, rundir, test_sets)))
     return {"kind": "rule", "controller": name}
 
 
 def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Export the controller of ``run_dir`` into ``out`` (default ``<run_dir>/export``) and
-    record it in the run directory; ConfigError (one line) for a run that cannot be
-    exported, ``plume.deploy.export.ParityError`` when the formats disagree."""
+    record it in the run directory; ConfigError or DestinationError (one line) for a run or a
+    destination that cannot be used, ``plume.deploy.export.ParityError`` when the formats
+    disagree. Everything is staged first: a failure leaves ``out`` and the run as they were."""
+    from plume.deploy.export import check_destination, install, staging
+
     run_dir = Path(run_dir)
     config = run_dir / RESOLVED_CONFIG
     if not config.is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
     cfg = OmegaConf.load(config)
     out = Path(out) if out is not None else run_dir / "export"
+    identity = f"run {hashlib.sha256(config.read_bytes()).hexdigest()}"
+    check_destination(out, identity, run_dir=run_dir)
     rundir = RunDirectory(run_dir)
     started = time.time()
     export = _export_rule if cfg.get("controller") else _export_learned
-    entry = export(cfg, rundir, out)
+    with staging(out) as folder:
+        entry = export(cfg, rundir, folder)
+        _log_artifact(cfg, run_dir, folder)
+        install(folder, out)
     entry = {"path": str(out.resolve()), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
              "seconds": round(time.time() - started, 2), **entry}
     rundir.record_export(entry)
-    _log_artifact(cfg, run_dir, out)
     return out
 
 
-def _log_artifact(cfg, run_dir: Path, out: Path) -> None:
-    """The export as a W&B artifact, when the run logs to W&B (its mode: offline files are
-    synced later, online ones upload now)."""
+def artifact_name(cfg, run_dir: Path) -> str:
+    """The export's W&B artifact name: ``controller-<experiment>-<overrides>-<seed folder>``
+    in the characters W&B accepts (letters, digits, ``-``, ``_``, ``.``; ``seed=0`` becomes
+    ``seed_0``), at most W&B's 128, with a hash of the unchanged path so that two runs never
+    share one artifact."""
+    run = f"{cfg.get('exp_name')}/{run_dir.parent.name}/{run_dir.name}"
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run.replace("/", "-"))
+    digest = hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:8]
+    return f"controller-{safe[:100]}-{digest}"
+
+
+def _log_artifact(cfg, run_dir: Path, folder: Path) -> None:
+    """The staged export as a W&B artifact, when the run logs to W&B (its mode: offline files
+    are synced later, online ones upload now). A failure leaves no offline run behind."""
     logger = cfg.get("logger") or {}
     if logger.get("name") != "wandb" or logger.get("mode") == "disabled":
         return
     from plume.harness.tracking import WandbTracker
 
-    tracker = WandbTracker(run_dir=run_dir, mode=str(logger.get("mode", "offline")),
-                           project=str(logger.get("project", "plume")),
-                           entity=logger.get("entity"), group=str(cfg.get("exp_name")),
-                           job_type="export", name=f"{run_dir.name}-export", tags=["export"],
-                           config={"run_dir": str(run_dir)})
+    mode = str(logger.get("mode", "offline"))
+    tracker = None
     try:
-        tracker.log_artifact(out, name=f"controller-{run_dir.name}", kind="controller")
-    finally:
-        tracker.finish()
+        tracker = WandbTracker(run_dir=run_dir, mode=mode,
+                               project=str(logger.get("project", "plume")),
+                               entity=logger.get("entity"), group=str(cfg.get("exp_name")),
+                               job_type="export", name=f"{run_dir.name}-export",
+                               tags=["export"], config={"run_dir": str(run_dir)})
+        tracker.log_artifact(folder, name=artifact_name(cfg, run_dir), kind="controller")
+    except Exception as err:
+        if tracker is not None:
+            tracker.finish(1)
+            if mode == "offline" and tracker.location:
+                shutil.rmtree(tracker.location, ignore_errors=True)  # the run this call made
+        raise ConfigError(f"W&B could not log the export as an artifact ({err}); nothing "
+                          "was exported") from None
+    tracker.finish()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``plume-export RUN_DIR [--out DIR]``: exit 0 on success, 2 for a run that cannot be
-    exported (one line), 1 when the exported formats disagree."""
-    from plume.deploy.export import ParityError
+    """``plume-export RUN_DIR [--out DIR]``: exit 0 on success, 2 for a run or destination
+    that cannot be used (one line, nothing written), 1 when the exported formats disagree."""
+    from plume.deploy.export import DestinationError, ParityError
 
     parser = argparse.ArgumentParser(prog="plume-export", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a plume-train or plume-eval run directory")
@@ -165,8 +209,15 @@ def main(argv: list[str] | None = None) -> None:
     try:
         out = export_run(args.run_dir, args.out)
         log.info("exported %s -> %s", args.run_dir, out)
-    except (ConfigError, CorruptCheckpoint) as err:
+    except (ConfigError, CorruptCheckpoint, DestinationError) as err:
         print(f"plume-export: {err}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as err:  # a full disk, a folder that became read-only: nothing installed
+        refused = os_error(err)  # torch's writers wrap the OSError in a RuntimeError
+        if refused is None:
+            raise
+        where = refused.filename or args.out or Path(args.run_dir) / "export"
+        print(f"plume-export: {write_failed(where, refused)}", file=sys.stderr)
         sys.exit(2)
     except ParityError as err:
         print(f"plume-export: parity check failed: {err}", file=sys.stderr)
