@@ -56,6 +56,10 @@ def exports(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cc_export(tmp_path_factory):
+    return make_cc_export(tmp_path_factory.mktemp("exports") / "cc")
+
+
+def make_cc_export(out: Path) -> Path:
     """A learned-policy export (ONNX) for CC, whose classic rules read the simulator's state
     and cannot be served: a hand-written actor that raises the rate while the newest latency
     ratio is low and lowers it when latency or the send ratio grows, so the rate moves."""
@@ -76,7 +80,6 @@ def cc_export(tmp_path_factory):
                                             [0.1, 2.0, 2.0] * params.history,
                                             (64, 3 * params.history)).astype(np.float32)
     contract = contract_for(spec, params, {"algorithm": "hand-written probe"}, {"test": True})
-    out = tmp_path_factory.mktemp("exports") / "cc"
     rule = {"kind": "clip", "low": [-1e12], "high": [1e12]}
     export_policy(GreedyPolicy(Probe(), "mean", rule), rows, contract, out)
     return out
@@ -160,8 +163,9 @@ def test_pensieve_replays_simulated_sessions_over_http(exports, rule):
 
 
 def test_pensieve_protocol_edges(exports):
-    """Summary POST, retried POST, zero download time, a skipped POST; answers as a runtime
-    session fed the same chunks gives."""
+    """Summary POST, retried POST, zero download time, a skipped POST, a lastRequest that goes
+    back, a POST after the video ended; answers as a runtime session fed the same chunks
+    gives."""
     session = simulated_sessions(exports["pensieve/robust_mpc"], n=1)[0]
     lasts = [step.measurement["last"] for step in session.steps[1:6]]
     ref = load_controller(exports["pensieve/robust_mpc"])
@@ -177,15 +181,24 @@ def test_pensieve_protocol_edges(exports):
         assert _post(port, _player_post(1, glitch)) == (200, str(ref.decide({"last": glitch})))
         ref.decide({"last": {**lasts[2], "delay_ms": 0.0}})  # POST 2 lost: counted as a glitch
         assert _post(port, _player_post(3, lasts[3])) == (200, str(ref.decide({"last": lasts[3]})))
-        status, text = _post(port, _player_post(2, lasts[2]))
-        assert status == 400 and "out of order" in text
+        # lastRequest goes back (the player restarted): a new session from that chunk.
+        assert _post(port, _player_post(2, lasts[2])) == (200, _fresh_at(ref, 2, lasts[2]))
         n_chunks = ref.contract["constants"]["n_chunks"]
         assert _post(port, _player_post(n_chunks, lasts[4])) == (200, "REFRESH")
         assert _post(port, _player_post(n_chunks, lasts[4])) == (200, "REFRESH")  # a retry
-        status, text = _post(port, _player_post(4, lasts[4]))
-        assert status == 400 and "no video in progress" in text
+        # After the video ended, a POST mid-video starts a session at its chunk.
+        assert _post(port, _player_post(4, lasts[4])) == (200, _fresh_at(ref, 4, lasts[4]))
     finally:
         _stop(server, thread)
+
+
+def _fresh_at(ref, chunk: int, last: dict) -> str:
+    """The answer of a session that starts at ``chunk``: reset, the chunks before it counted
+    without measurements (zero download time), then the POST's own decision."""
+    ref.reset()
+    for _ in range(chunk):
+        ref.decide({"last": {**last, "delay_ms": 0.0}})
+    return str(ref.decide({"last": last}))
 
 
 def _raw_http(port: int, request: bytes) -> tuple[int, str]:
@@ -219,7 +232,8 @@ def test_pensieve_malformed_requests_get_400_and_the_server_goes_on(exports):
         (json.dumps(missing).encode(), "missing field 'buffer'"),
         (json.dumps({**good, "lastChunkSize": "big"}).encode(), "'lastChunkSize' must be a num"),
         (json.dumps({**good, "lastquality": 9}).encode(), "'lastquality' must be an integer"),
-        (json.dumps({**good, "lastRequest": 7, "client_id": "new"}).encode(), "unknown client"),
+        (json.dumps({**good, "lastRequest": -1}).encode(), "'lastRequest' must be an integer"),
+        (json.dumps({**good, "client_id": True}).encode(), "'client_id' must be a non-empty"),
     ]
     server, thread = _serve(exports["pensieve/robust_mpc"])
     server.request_timeout_s = 0.5
@@ -310,8 +324,12 @@ class PufferSide:
         os.rmdir(self.dir)
 
 
-def _controller_thread(export, path: str, result: dict, ctrl=None, **kw) -> threading.Thread:
+def _controller_thread(export, path: str, result: dict, ctrl=None, sock=None,
+                       **kw) -> threading.Thread:
+    """The controller serving in a thread (on ``sock`` when given: already connected)."""
     client = puffer.PufferIpcClient(ctrl or load_controller(export), path, **kw)
+    if sock is not None:
+        client.sock = sock
 
     def run() -> None:
         try:
@@ -511,27 +529,34 @@ def test_pcc_module_functions_and_written_module(cc_export, tmp_path):
     assert module.get_rate(0) == pytest.approx(session.steps[0].action, rel=SIM_REL)
 
 
-def test_pcc_malformed_calls_raise_one_line_errors_and_the_flow_goes_on(cc_export):
+def test_pcc_malformed_calls_are_logged_never_raised_and_the_flow_goes_on(cc_export, caplog):
+    """PCC exits on an exception it does not clear: give_sample logs and keeps the rate; the
+    strict ``sample`` raises the same one-line reason."""
     session = simulated_sessions(cc_export, n=1)[0]
     flows = pcc.AuroraFlows(str(cc_export),
                             initial_rate_bps=session.reset_kwargs["initial_rate_bps"])
-    with pytest.raises(ValueError, match="unknown flow 99"):
-        flows.get_rate(99)
-    with pytest.raises(ValueError, match="unknown flow 99"):
-        flows.give_sample(99, *_sample(1, session.steps[1].measurement))
+    direct = _direct_rates(cc_export, session)
+    assert flows.get_rate(99) == pytest.approx(direct[0], rel=RUNTIME_REL)  # started as init
+    assert "flow 99: not initialised" in caplog.text
     flows.init(1)
     good = _sample(1, session.steps[1].measurement)
-    bad = [(good[:7] + ([],) + good[8:], "rtt_samples"),
-           (good[:7] + ("fast",) + good[8:], "rtt_samples"),
-           (("lots",) + good[1:], "bytes_sent"),
+    bad = [(good[:7] + ("fast",) + good[8:], "rtt_samples must be a list"),
+           (("lots",) + good[1:], "bytes_sent must be a finite number"),
+           ((-1,) + good[1:], "bytes_sent must be a finite number in"),
+           ((2**31,) + good[1:], "bytes_sent must be a finite number in"),
            (good[:3] + (None,) + good[4:], "send_start_time"),
-           (good[:3] + (good[4], good[3]) + good[5:], "send_end_time .* must be after")]
+           (good[:3] + (good[4], good[3]) + good[5:], "send_end_time .* must be at least"),
+           (good[:4] + (good[3],) + good[5:], "send_end_time .* must be at least")]
     for args, field in bad:
         with pytest.raises(MeasurementError, match=field) as err:
-            flows.give_sample(1, *args)
+            flows.sample(1, *args)
         assert "flow 1" in str(err.value) and "\n" not in str(err.value)
-    direct = _direct_rates(cc_export, session)
-    assert flows.get_rate(1) == pytest.approx(direct[0], rel=RUNTIME_REL)  # nothing moved
+        assert flows.give_sample(1, *args) is None  # PCC's call: logged, never raised
+        assert flows.get_rate(1) == pytest.approx(direct[0], rel=RUNTIME_REL)  # rate kept
+    stats = flows.stats(1)
+    assert stats["errors"] == len(bad) and stats["samples"] == 0
+    assert re.search("send_end_time .* must be at least", stats["last_error"])
+    assert caplog.text.count("interval not used") == pcc.LOGGED_ERRORS  # then only counted
     for k, step in enumerate(session.steps[1:], 1):
         flows.give_sample(1, *_sample(k, step.measurement))
         assert flows.get_rate(1) == pytest.approx(direct[k], rel=RUNTIME_REL), k

@@ -2,7 +2,7 @@
 
 ::
 
-    plume-serve pensieve EXPORT [--host 127.0.0.1] [--port 8333]
+    plume-serve pensieve EXPORT [--host 127.0.0.1] [--port 8333] [--decision-timeout 1]
     plume-serve puffer EXPORT IPC_PATH
     plume-serve puffer ABR_NAME EXPORT IPC_PATH
     plume-serve pcc EXPORT --write-module DIR [--name plume_aurora] [--profile contract|pcc]
@@ -10,7 +10,9 @@
 
 ``pensieve`` serves Pensieve's dash.js player (HTTP POST per chunk, answer the next level or
 ``REFRESH``) until SIGINT / SIGTERM; one log line per video session
-(:mod:`plume.deploy.adapters.pensieve`).
+(:mod:`plume.deploy.adapters.pensieve`). It listens with a backlog of 1,024 connections
+(clamped by the kernel's ``net.core.somaxconn``), serves each connection in its own thread
+and answers ``503`` to a POST not decided within ``--decision-timeout`` seconds (default 1).
 
 ``puffer`` is the controller process of Puffer's ``python_ipc``: it connects to the Unix
 socket Puffer listens on and answers until Puffer closes it (one process per video session,
@@ -24,20 +26,25 @@ with ``model_path`` set to the export directory in Puffer's ``abr_config``
 (:mod:`plume.deploy.adapters.puffer`).
 
 ``pcc`` writes ``DIR/<name>.py``, a rate-control helper PCC-Uspace loads with
-``-pyhelper=<name> -pypath=DIR`` (:mod:`plume.deploy.adapters.pcc`).
+``-pyhelper=<name> -pypath=DIR`` (:mod:`plume.deploy.adapters.pcc`); PCC-Uspace must embed
+the Python version of this environment. A start rate that is not a finite number > 0 is
+refused before anything is written.
 
-Exit status: 0 after a clean stop, 1 when the peer cannot be reached, 2 for a bad argument
-or export.
+Exit status: 0 after a clean stop, 1 when the peer cannot be reached (or, with one line, an
+unexpected failure), 2 for a bad argument or export; errors are one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import threading
 from collections.abc import Callable
+
+from plume.deploy.adapters.pensieve import DECISION_DEADLINE_S
 
 __all__ = ["main"]
 
@@ -56,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("export", metavar="EXPORT", help="export directory (abr, pensieve variant)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8333, help="port (default 8333; 0: any free)")
+    p.add_argument("--decision-timeout", type=float, default=DECISION_DEADLINE_S, metavar="S",
+                   help="seconds a POST may wait for its decision before it is answered 503 "
+                        f"(default {DECISION_DEADLINE_S:g})")
     p = sub.add_parser(
         "puffer", help="controller for Puffer's python_ipc (connects to Puffer's socket)",
         description="Arguments: EXPORT IPC_PATH, or Puffer's own layout ABR_NAME EXPORT "
@@ -87,7 +97,10 @@ def _serve_pensieve(args: argparse.Namespace) -> int:
     """Serve until a signal; the HTTP server runs in a thread so the main one can stop it."""
     from plume.deploy.adapters.pensieve import make_server
 
-    server = make_server(args.export, args.host, args.port)
+    if not (math.isfinite(args.decision_timeout) and args.decision_timeout > 0):
+        raise ValueError(f"--decision-timeout must be a finite number of seconds > 0, got "
+                         f"{args.decision_timeout:g}")
+    server = make_server(args.export, args.host, args.port, args.decision_timeout)
     host, port = server.server_address[:2]
     print(f"plume-serve pensieve: listening on http://{host}:{port} (export {args.export})",
           flush=True)
@@ -141,10 +154,13 @@ def _serve_puffer(args: argparse.Namespace) -> int:
 
 
 def _write_pcc(args: argparse.Namespace) -> int:
+    """Check the start rate (before the export is even read), then write the module."""
+    rate = args.initial_rate_mbps
+    if not (math.isfinite(rate) and rate > 0 and math.isfinite(rate * 1e6)):
+        raise ValueError(f"--initial-rate-mbps must be a finite number > 0, got {rate:g}")
     from plume.deploy.adapters.pcc import write_module
 
-    path = write_module(args.export, args.write_module, args.name, args.profile,
-                        args.initial_rate_mbps * 1e6)
+    path = write_module(args.export, args.write_module, args.name, args.profile, rate * 1e6)
     print(f"plume-serve pcc: wrote {path}")
     print(f"PCC-Uspace flags: -pyhelper={args.name} -pypath={path.parent}")
     return 0
@@ -159,8 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run[args.protocol](args)
     except (OSError, ValueError, KeyError) as e:  # a bad export, a busy port: one line
-        print(f"plume-serve {args.protocol}: error: {e}", file=sys.stderr)
+        print(f"plume-serve {args.protocol}: error: {_line(e)}", file=sys.stderr)
         return 2
+    except Exception as e:  # never a traceback: one line (the traceback at debug level)
+        log.debug("plume-serve %s: traceback", args.protocol, exc_info=True)
+        print(f"plume-serve {args.protocol}: internal error: {type(e).__name__}: {_line(e)}",
+              file=sys.stderr)
+        return 1
+
+
+def _line(err: BaseException) -> str:
+    """An exception's message on one line."""
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 if __name__ == "__main__":

@@ -22,14 +22,19 @@ Conversions (Puffer's ``python_ipc.cc``):
   starts (``ctrl.reset()``); a later all-zero ``past_chunk`` (Puffer reusing the process for
   a new video) starts another.
 
-A frame that is not valid JSON, misses a field or has a zero length prefix is answered
-``{"action": 0, "error": "<one line>"}`` with the same framing (the stream is still in sync)
-and logged; the session goes on. Puffer's reader takes ``action`` and would throw without
-one, so the answer carries the lowest format (the choice least likely to stall) beside the
-reason. A length prefix longer than the bytes that follow (the rest does not
-arrive within ``frame_timeout_s``, or the stream ends) leaves the stream out of sync: the
-error is answered where the socket still takes it and the session ends; it never crashes
-this process. An end of stream between frames ends the session cleanly.
+Errors. A frame that cannot be decided on is answered ``{"action": 0, "error": "<one
+line>"}`` with the same framing and logged, and the session goes on: bytes that are not UTF-8
+JSON, numbers beyond float range (a 400-digit integer) or beyond Python's integer-parsing
+limit, nesting deeper than the parser's recursion limit, a value that is not an object, a
+missing or ill-typed field, a number beyond +-:data:`MAX_FIELD`, a zero length prefix, and
+(one line, never a traceback) anything the controller itself fails on. Puffer's reader takes
+``action`` and would throw without one, so the answer carries the lowest format (the choice
+least likely to stall) beside the reason.
+A length prefix longer than the bytes that follow (the rest does not arrive within
+``frame_timeout_s``, or the stream ends) leaves the stream out of sync: the error is answered
+where the socket still takes it and the session ends. An end of stream between frames, or a
+socket error, ends the session cleanly; :meth:`PufferIpcClient.serve` returns in every case
+(tests feed it random frames and random bytes).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import struct
 import time
 from typing import Any
 
+from plume.deploy.adapters.text import show as _show
 from plume.deploy.runtime import MeasurementError
 
 __all__ = ["FrameError", "PufferIpcClient", "PufferMessages", "ssim_db"]
@@ -57,6 +63,8 @@ _LENGTH = struct.Struct("!H")
 
 FALLBACK_ACTION = 0
 """The format answered beside an error: Puffer's lowest."""
+MAX_ERROR_CHARS = 400
+"""An error answer's reason is cut to this, so its frame always fits the 2-byte length."""
 
 
 class FrameError(ValueError):
@@ -74,9 +82,23 @@ def ssim_db(ssim: float) -> float:
     return max(MIN_SSIM_DB, min(MAX_SSIM_DB, -10.0 * math.log10(1.0 - ssim)))
 
 
+MAX_FIELD = 1e15
+"""Largest magnitude of a number field: far beyond any size (MB), time (s) or SSIM Puffer
+sends, and small enough that the float32 observation stays finite."""
+
+
+def _finite(value: Any) -> bool:
+    """A JSON number within :data:`MAX_FIELD` (an integer is compared exactly, never
+    converted: ``math.isfinite`` raises OverflowError on a 400-digit one)."""
+    if type(value) is float:
+        return math.isfinite(value) and abs(value) <= MAX_FIELD
+    return type(value) is int and abs(value) <= MAX_FIELD
+
+
 def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise FrameError(f"field {name} must be a finite number, got {json.dumps(value)[:40]}")
+    if not _finite(value):
+        raise FrameError(f"field {name} must be a finite number within +-{MAX_FIELD:g}, got "
+                         f"{_show(value)}")
     return float(value)
 
 
@@ -94,9 +116,8 @@ def _table(msg: dict, key: str) -> list[list[float]]:
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != FORMATS:
             raise FrameError(f"field {key}[{i}] must be a list of {FORMATS} numbers")
-        if not all(type(v) in (int, float) and math.isfinite(v) for v in row):
-            j = next(j for j, v in enumerate(row)  # named only when wrong: the common case
-                     if not (type(v) in (int, float) and math.isfinite(v)))  # stays cheap
+        if not all(map(_finite, row)):  # the element is named only when one is wrong
+            j = next(j for j, v in enumerate(row) if not _finite(v))
             _number(row[j], f"{key}[{i}][{j}]")
     return [[float(v) for v in row] for row in rows]
 
@@ -212,6 +233,10 @@ class PufferIpcClient:
         except MeasurementError as e:
             self._error(FrameError(str(e)))
             return
+        except Exception as e:  # a bug costs one answer, never Puffer's session
+            log.debug("puffer ipc traceback", exc_info=True)
+            self._error(FrameError(f"internal error: {type(e).__name__}: {_show(str(e))}"))
+            return
         self.messages.accept(msg)
         self.decisions += 1
         self.totals["decisions"] += 1
@@ -246,27 +271,25 @@ class PufferIpcClient:
                              in_sync=False)
         try:
             return json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise FrameError(f"bad JSON: {e}") from None
+        except RecursionError:
+            raise FrameError("bad JSON: nested too deeply") from None
+        except ValueError as e:  # not UTF-8, not JSON, an integer beyond the digit limit
+            raise FrameError(f"bad JSON: {str(e).splitlines()[0][:120]}") from None
 
     def _read(self, n: int, timeout: float | None) -> bytes:
         """Up to ``n`` bytes: fewer only at end of stream or when ``timeout`` passes."""
         assert self.sock is not None
-        self.sock.settimeout(timeout)
         data = b""
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(data) < n:
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self.sock.settimeout(left)
-            try:
-                chunk = self.sock.recv(n - len(data))
-            except TimeoutError:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 break
-            except ConnectionResetError:
-                chunk = b""
+            try:
+                self.sock.settimeout(left)
+                chunk = self.sock.recv(n - len(data))
+            except OSError:  # timed out, reset, or the socket is gone: no more bytes
+                break
             if not chunk:
                 break
             data += chunk
@@ -286,7 +309,7 @@ class PufferIpcClient:
     def _error(self, e: FrameError) -> None:
         self.errors += 1
         self.totals["errors"] += 1
-        sent = self._write({"action": FALLBACK_ACTION, "error": str(e)})
+        sent = self._write({"action": FALLBACK_ACTION, "error": str(e)[:MAX_ERROR_CHARS]})
         log.warning("puffer ipc %s: %s%s", self.ipc_path, e, "" if sent else " (not answered)")
 
     def _log_session(self, end: str) -> None:
