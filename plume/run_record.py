@@ -3,7 +3,8 @@ harness (which writes run directories), the report and the experiments (which re
 
 A run directory is any folder holding a ``status.json``:
 
-- ``status.json``: running / completed / failed / paused, with error text and timings
+- ``status.json``: running / completed / failed / paused, with error text and timings; for
+  plume-emulate's runs also ``link_lateness`` (LINK_LATENESS)
 - ``config.yaml``: the resolved config (``mode: emulation`` for plume-emulate's runs)
 - ``train.jsonl``: the training curve, one JSON object per update
 - ``eval.parquet``: one row per (progress point, test set, trace)
@@ -27,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CHECKPOINT", "COMPLETED", "EVAL_TABLE", "EXPORTS", "FAILED", "HEARTBEAT_STALE_S",
-           "HYDRA_CONFIG", "INTERRUPTED", "PAUSED", "RESOLVED_CONFIG", "RUNNING", "SAMPLER_TABLE",
-           "SCORE_FILE", "STATES", "STATUS", "TRAIN_LOG", "effective_state", "read_status"]
+           "HYDRA_CONFIG", "INTERRUPTED", "LINK_LATENESS", "PAUSED", "RESOLVED_CONFIG", "RUNNING",
+           "SAMPLER_TABLE", "SCORE_FILE", "STATES", "STATUS", "TRAIN_LOG", "effective_state",
+           "read_status"]
 
 STATUS = "status.json"
 TRAIN_LOG = "train.jsonl"
@@ -39,6 +41,12 @@ RESOLVED_CONFIG = "config.yaml"
 EXPORTS = "exports.json"
 SCORE_FILE = "score.json"
 HYDRA_CONFIG = ".hydra/config.yaml"
+LINK_LATENESS = "link_lateness"
+"""The ``status.json`` field of an emulation run saying how late its emulated links sent their
+packets (actual minus scheduled departure): ``count``, ``p50_ms``, ``p90_ms``, ``p99_ms``,
+``max_ms``, ``late_fraction`` (later than ``tolerance_ms``), ``within_tolerance`` (false: the link
+fell behind its trace and the run's emulated numbers are biased; null: not measured),
+``late_traces`` and ``unmeasured_traces``. Reports mark such runs, never show them as exact."""
 
 RUNNING, COMPLETED, FAILED, INTERRUPTED = "running", "completed", "failed", "interrupted"
 PAUSED = "paused"

@@ -6,6 +6,8 @@
         server = emu.popen("server", [sys.executable, "-m", "http.server", "8000"])
         client = emu.popen("client", ["curl", f"http://{emu.address('server')}:8000/"])
     emu.stats   # the link's counters (packets in, lost, queue drops, delivered, per second)
+    emu.stats["lateness"]   # how late the link sent its packets: p50/p90/p99/max ms, and
+                            # within_tolerance (p99 <= lateness_tolerance_ms)
 
 The server side reaches the client at ``address("client")`` and the other way round; nothing
 else is routable from either namespace (no default route, no host interface).
@@ -20,17 +22,20 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from plume.emulation.link import LinkSpec
+from plume.emulation.link import LATENESS_TOLERANCE_MS, LinkSpec
 from plume.emulation.netns import ADDRESSES, NamespacePair, emulation_child, stop_all
 
 __all__ = ["Emulator", "LinkSpec"]
 
 
 class Emulator:
-    """Namespaces plus the link; ``stats`` holds the link's counters after the exit."""
+    """Namespaces plus the link; ``stats`` holds the link's counters after the exit, with its
+    lateness judged against ``lateness_tolerance_ms`` (``link.LATENESS_TOLERANCE_MS``)."""
 
-    def __init__(self, down: LinkSpec, up: LinkSpec, seconds: float | None = None) -> None:
+    def __init__(self, down: LinkSpec, up: LinkSpec, seconds: float | None = None,
+                 lateness_tolerance_ms: float = LATENESS_TOLERANCE_MS) -> None:
         self.down, self.up, self.seconds = down, up, seconds
+        self.lateness_tolerance_ms = lateness_tolerance_ms
         self.stats: dict[str, Any] | None = None
         self._pair: NamespacePair | None = None
         self._link: subprocess.Popen | None = None
@@ -52,7 +57,8 @@ class Emulator:
     def _start_link(self) -> None:
         folder = Path(self._folder.name)
         spec = {"down": self.down.to_json(), "up": self.up.to_json(), "seconds": self.seconds,
-                "stats": str(folder / "stats.json")}
+                "stats": str(folder / "stats.json"),
+                "lateness_tolerance_ms": self.lateness_tolerance_ms}
         (folder / "spec.json").write_text(json.dumps(spec))
         fds = (self._pair.sides["server"].tun_fd, self._pair.sides["client"].tun_fd)
         self._link = subprocess.Popen(

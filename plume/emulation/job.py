@@ -14,11 +14,19 @@ traces in the simulator. The run directory (``conf/emulate.yaml``: ``mode: emula
 trace), ``steps.parquet`` (every chunk or MI of both modes), ``gap.md`` / ``gap.csv`` /
 ``gap_per_trace.csv`` (emulation minus simulation per metric, mean over traces with a 95 %
 Student-t interval, none from fewer than 5 traces), ``status.json`` and ``config.yaml``.
+
+``status.json`` also says how late the links ran (``link_lateness``: every packet's actual minus
+scheduled departure over all sessions, p50/p90/p99/max in ms, the fraction later than
+``emulation.lateness_tolerance_ms``, and ``within_tolerance``: false when p99 exceeds it, i.e.
+the machine was too busy for the link to keep its trace's schedule and the emulated numbers
+are biased; null where a link reports none, as Mahimahi's shells). ``gap.md`` and
+``plume-report`` show the same verdict beside the gap.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import tempfile
 import time
@@ -32,11 +40,12 @@ import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from plume.emulation.gap import METRICS, gap_markdown, gap_rows, per_trace_gaps
+from plume.emulation.gap import METRICS, gap_markdown, gap_rows, lateness_note, per_trace_gaps
+from plume.emulation.link import LATENESS_TOLERANCE_MS, Lateness
 from plume.emulation.scenarios import EMULATIONS, Emulation, emulate
 from plume.harness import sweep
 from plume.harness.configdir import CONF_DIR
-from plume.harness.errors import ConfigError
+from plume.harness.errors import ConfigError, WriteFailed
 from plume.harness.rundir import (
     COMPLETED,
     EVAL_TABLE,
@@ -46,6 +55,7 @@ from plume.harness.rundir import (
     RunDirectory,
     discard_unused,
 )
+from plume.run_record import LINK_LATENESS
 
 log = logging.getLogger("plume")
 
@@ -65,6 +75,7 @@ class EmulationSection:
     delay_ms: float = 40.0
     queue_packets: Any = None
     link: str = "plume"
+    lateness_tolerance_ms: float = LATENESS_TOLERANCE_MS
 
     def __post_init__(self) -> None:
         for key in ("traces", "parallel", "chunks", "mis"):
@@ -72,6 +83,9 @@ class EmulationSection:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.delay_ms < 0:
             raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms}")
+        if not 0 < self.lateness_tolerance_ms < math.inf:
+            raise ValueError(f"lateness_tolerance_ms must be a number of milliseconds > 0, "
+                             f"got {self.lateness_tolerance_ms}")
         if self.queue_packets is not None and (not isinstance(self.queue_packets, int)
                                                or self.queue_packets < 1):
             raise ValueError(f"queue_packets must be a whole number >= 1 or null, got "
@@ -144,7 +158,7 @@ def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None, str
     name for reports (the controller's, or the algorithm or rule the contract names)."""
     from dataclasses import asdict
 
-    from plume.deploy.contract import read_contract
+    from plume.deploy import load_controller
 
     controller, export = cfg.get("controller"), cfg.get("export")
     if (controller is None) == (export is None):
@@ -155,8 +169,8 @@ def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None, str
                               f"{spec.name!r}; valid choices: "
                               f"{', '.join(sorted(spec.controllers))}")
         return str(controller), None, str(controller)
-    try:
-        contract = read_contract(Path(str(export)))
+    try:  # every check the runtime makes, before the run directory exists
+        contract = load_controller(Path(str(export))).contract
     except (OSError, ValueError) as err:
         raise ConfigError(f"export={export}: {err}") from None
     made_for = contract["env"]
@@ -178,6 +192,8 @@ def emulate_job(cfg: DictConfig) -> dict[str, Any] | None:
         return run_emulation(cfg, Path(hydra_cfg.runtime.output_dir))
     except ConfigError as err:  # the user's mistake: one line, no traceback
         sweep.refuse("plume-emulate", err, hydra_cfg.mode)
+    except WriteFailed as err:  # a full disk: one line, a failure
+        sweep.failed_write("plume-emulate", err, hydra_cfg.mode)
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
@@ -211,7 +227,7 @@ def run_emulation(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
                         command=" ".join(sys.argv), error=None, traceback=None)
     started = time.time()
     try:
-        summary = _emulate_into(job, rundir)
+        summary, lateness = _emulate_into(job, rundir)
     except EmulationUnavailable as err:
         rundir.write_status(FAILED, error=f"EmulationUnavailable: {err}", traceback=None)
         raise ConfigError(str(err)) from None
@@ -219,15 +235,20 @@ def run_emulation(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
         rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
                             traceback=traceback.format_exc())
         raise
-    rundir.write_status(COMPLETED, elapsed_s=round(time.time() - started, 3), summary=summary)
+    rundir.write_status(COMPLETED, elapsed_s=round(time.time() - started, 3), summary=summary,
+                        **{LINK_LATENESS: lateness})
     log.info("%d traces in %.0f s; gap (emulation - simulation):\n%s", len(job.traces),
              time.time() - started, pd.DataFrame(summary["gap"]).to_string(index=False))
+    (log.warning if lateness["within_tolerance"] is False else log.info)(
+        "%s", lateness_note(lateness))
     log.info("results: %s (eval.parquet, steps.parquet, gap.md)", run_dir)
     return summary
 
 
-def _emulate_into(job: EmulationJob, rundir: RunDirectory) -> dict[str, Any]:
-    """Both modes on every trace, the tables written into ``rundir``; the status summary."""
+def _emulate_into(job: EmulationJob, rundir: RunDirectory
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both modes on every trace, the tables written into ``rundir``; the status summary and
+    the links' lateness record."""
     from plume.deploy.export import export_controller
 
     export = job.export or export_controller(job.spec.name, job.params, job.controller,
@@ -235,7 +256,9 @@ def _emulate_into(job: EmulationJob, rundir: RunDirectory) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="plume-emulation-") as tmp:
         emulation: Emulation = EMULATIONS[job.spec.name](job.settings, job.traces, export,
                                                          Path(tmp))
-        emulated, simulated = emulate(emulation, job.settings)
+        emulated, simulated, links = emulate(emulation, job.settings)
+    lateness = link_lateness(links, [str(t) for t in job.traces.trace_ids],
+                             job.settings.lateness_tolerance_ms)
     frame = pd.concat([emulation.eval_table(mode, records, job.test_set)
                        for mode, records in (("emulation", emulated),
                                              ("simulation", simulated))], ignore_index=True)
@@ -251,9 +274,32 @@ def _emulate_into(job: EmulationJob, rundir: RunDirectory) -> dict[str, Any]:
     per_trace.to_csv(rundir.path / "gap_per_trace.csv", index=False)
     title = f"{job.policy} ({job.spec.name}, {job.test_set}, link={job.settings.link})"
     (rundir.path / "gap.md").write_text(gap_markdown(title, job.spec.score.name, summary,
-                                                     per_trace))
-    return {"gap": summary.to_dict("records"), "traces": len(job.traces),
-            "export": str(export)}
+                                                     per_trace, lateness))
+    return ({"gap": summary.to_dict("records"), "traces": len(job.traces),
+             "export": str(export)}, lateness)
+
+
+def link_lateness(sessions: list[dict[str, Any] | None], trace_ids: list[str],
+                  tolerance_ms: float) -> dict[str, Any]:
+    """``status.json``'s ``link_lateness``: the packets of every session's two directions in
+    one histogram (bins add: exact), judged against ``tolerance_ms`` (p99 within it), with the
+    traces whose own link fell behind and those whose link reported nothing (Mahimahi's
+    shells, a link that died): where any is unmeasured the verdict is null unless the
+    measured ones already fell behind."""
+    parts, late, unmeasured = [], [], []
+    for trace_id, stats in zip(trace_ids, sessions):
+        if not stats or "lateness" not in stats.get("down", {}):
+            unmeasured.append(trace_id)
+            continue
+        both = [Lateness.from_json(stats[side]["lateness"]) for side in ("down", "up")]
+        parts += both
+        if Lateness.merged(both).summary(tolerance_ms)["within_tolerance"] is False:
+            late.append(trace_id)
+    record = {**Lateness.merged(parts).summary(tolerance_ms), "rule": "p99_ms <= tolerance_ms",
+              "late_traces": late, "unmeasured_traces": unmeasured}
+    if unmeasured and record["within_tolerance"] is not False:
+        record["within_tolerance"] = None
+    return record
 
 
 if __name__ == "__main__":

@@ -17,6 +17,18 @@ The loop runs in one process (``link.main``, started by
 arrival, release or opportunity (``select`` with microsecond timeouts). On SIGTERM it writes its
 counters to the spec's ``stats`` path: packets and bytes in, dropped by loss and by the queue,
 delivered, and bytes delivered in every second of the run per direction.
+
+**Lateness.** The schedule above is computed in the link's own clock, so a loop that wakes late
+still gives each packet the opportunity it was due at (bytes per opportunity and per second
+follow the trace); what it cannot undo is the write itself happening late. Every delivered
+packet's lateness (the loop's clock when it serves the opportunity, just before the write,
+minus the opportunity's time; >= 0) goes into a fixed-size histogram (:class:`Lateness`: 10 us
+bins to 100 ms, one open bin above, the exact maximum), written with the counters (count, p50,
+p90, p99 and max in ms, the fraction later than the tolerance, and the histogram itself so that
+a run's sessions merge exactly). A link whose p99 lateness exceeds ``LATENESS_TOLERANCE_MS`` fell
+behind its trace: its measurements are biased (a loaded machine) and runs say so. Arrivals are
+stamped when the loop reads them, so a late loop delays arrivals by about as much; that part
+is not measured separately.
 """
 
 from __future__ import annotations
@@ -35,12 +47,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["OPPORTUNITY_BYTES", "Direction", "LinkSpec", "Schedule", "run"]
+__all__ = ["LATENESS_TOLERANCE_MS", "OPPORTUNITY_BYTES", "Direction", "Lateness", "LinkSpec",
+           "Schedule", "run"]
 
 OPPORTUNITY_BYTES = 1500
 """Bytes one delivery opportunity carries (an MTU-sized IP packet; the TUN devices carry
 no packet-information header, so Mahimahi's 1504 counts the same payload)."""
 BITS_PER_OPPORTUNITY = OPPORTUNITY_BYTES * 8
+LATENESS_TOLERANCE_MS = 1.0
+"""p99 lateness (ms) above which a link fell behind. Traces place opportunities on whole
+milliseconds (Mahimahi's format): up to 1 ms late, a packet still leaves before the next
+opportunity of a 12 Mbit/s trace (one per ms), within the trace's own resolution; later, delays
+and rates are off by more than that resolution. p99 so that rare hiccups (one packet in a
+hundred) do not flag a run, while a loop that is late for many packets does."""
+LATENESS_BIN_MS = 0.01
+"""Histogram resolution: 10 us, a hundredth of the tolerance; a quantile reads as the upper
+edge of its bin (never below the true value, at most 10 us above)."""
+LATENESS_BINS = 10_000
+"""Bins of ``LATENESS_BIN_MS`` up to 100 ms (an RTT of Pensieve's setting: a link that late is
+broken anyway); one open bin above it, whose quantiles read as the exact maximum."""
+_OVERFLOW = LATENESS_BINS + 1
 
 
 @dataclass(frozen=True)
@@ -70,7 +96,7 @@ class Schedule:
             raise ValueError("the trace delivers less than one packet per period")
         targets = np.arange(1, count + 1) * BITS_PER_OPPORTUNITY
         at = np.interp(targets, bits, edges)  # the time each packet's last bit arrives
-        return cls(np.floor(at * 1000.0).astype(np.int64), max(int(round(period_s * 1000)), 1))
+        return cls(np.floor(at * 1000.0).astype(np.int64), max(round(period_s * 1000), 1))
 
     @classmethod
     def from_mahimahi(cls, path: str | Path) -> Schedule:
@@ -132,9 +158,78 @@ class LinkSpec:
 
 
 @dataclass
+class Lateness:
+    """Fixed-size histogram of per-packet lateness: bin 0 holds 0 ms, bin k in
+    1..LATENESS_BINS holds ((k-1) x LATENESS_BIN_MS, k x LATENESS_BIN_MS], the last bin
+    everything above; plus the exact count and maximum."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (_OVERFLOW + 1))
+    count: int = 0
+    max_ms: float = 0.0
+
+    def add(self, lateness_ms: float) -> None:
+        lateness_ms = max(lateness_ms, 0.0)
+        # round() first: 0.07 / 0.01 is 7.000000000000001 in floating point, bin 7 not 8.
+        self.counts[min(math.ceil(round(lateness_ms / LATENESS_BIN_MS, 6)), _OVERFLOW)] += 1
+        self.count += 1
+        self.max_ms = max(self.max_ms, lateness_ms)
+
+    def quantile_ms(self, percent: int) -> float | None:
+        """Nearest rank: the upper edge of the bin holding the ceil(percent x count / 100)-th
+        smallest lateness, at most the maximum (None without packets)."""
+        if self.count == 0:
+            return None
+        rank = max((percent * self.count + 99) // 100, 1)
+        k = int(np.searchsorted(np.cumsum(self.counts), rank, side="left"))
+        return self.max_ms if k == _OVERFLOW else min(k * LATENESS_BIN_MS, self.max_ms)
+
+    def later_than(self, tolerance_ms: float) -> int:
+        """Packets later than ``tolerance_ms`` (rounded up to the bin's 10 us)."""
+        first = math.ceil(round(tolerance_ms / LATENESS_BIN_MS, 6)) + 1
+        return int(sum(self.counts[min(first, _OVERFLOW):]))
+
+    def summary(self, tolerance_ms: float = LATENESS_TOLERANCE_MS) -> dict[str, Any]:
+        """count, p50/p90/p99/max (ms), the fraction later than ``tolerance_ms`` and whether
+        p99 is within it (None without packets: nothing was measured)."""
+        p = {q: self.quantile_ms(q) for q in (50, 90, 99)}
+        shown = {f"p{q}_ms": None if v is None else round(v, 3) for q, v in p.items()}
+        return {"count": self.count, **shown, "max_ms": round(self.max_ms, 3),
+                "late_fraction": self.later_than(tolerance_ms) / self.count if self.count
+                else 0.0, "tolerance_ms": tolerance_ms,
+                "within_tolerance": None if p[99] is None else bool(p[99] <= tolerance_ms)}
+
+    def to_json(self) -> dict[str, Any]:
+        """The histogram, sparse (``[bin, count]`` pairs), to merge runs exactly."""
+        return {"bin_ms": LATENESS_BIN_MS, "max_ms": self.max_ms,
+                "histogram": [[k, c] for k, c in enumerate(self.counts) if c]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Lateness:
+        if data.get("bin_ms") != LATENESS_BIN_MS:
+            raise ValueError(f"a lateness histogram of {data.get('bin_ms')} ms bins, "
+                             f"expected {LATENESS_BIN_MS}")
+        lateness = cls(max_ms=float(data["max_ms"]))
+        for k, c in data["histogram"]:
+            lateness.counts[int(k)] += int(c)
+            lateness.count += int(c)
+        return lateness
+
+    @classmethod
+    def merged(cls, parts: list[Lateness]) -> Lateness:
+        """One histogram of all of ``parts``' packets (exact: bins add)."""
+        total = cls()
+        for part in parts:
+            total.counts = [a + b for a, b in zip(total.counts, part.counts)]
+            total.count += part.count
+            total.max_ms = max(total.max_ms, part.max_ms)
+        return total
+
+
+@dataclass
 class Direction:
     """One direction's state under its ``spec``: the delay line, the droptail queue, the
-    packet in transit and the next opportunity (see the module docstring)."""
+    packet in transit, the next opportunity and the lateness of its deliveries (see the
+    module docstring)."""
 
     spec: LinkSpec
     delayed: deque = field(default_factory=deque)
@@ -146,6 +241,7 @@ class Direction:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("packets_in", "bytes_in", "lost", "queue_drops", "delivered", "bytes_out"), 0))
     per_second: list[int] = field(default_factory=list)
+    lateness: Lateness = field(default_factory=Lateness)
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.spec.seed)
@@ -175,12 +271,13 @@ class Direction:
     def service(self, now_ms: float, deliver) -> None:
         """Everything due up to ``now_ms``, in time order: a packet joins the queue when its
         delay ends and can use only the opportunities from then on (``deliver(packet)``
-        writes a packet out). Opportunities with nothing to send are lost."""
+        writes a packet out, now: each delivered packet is ``now_ms`` minus its opportunity
+        late). Opportunities with nothing to send are lost."""
         while (t := self.opportunity_at(self.next_index)) <= now_ms:
             while self.delayed and self.delayed[0][0] <= t:
                 self._enqueue(self.delayed.popleft()[1])
             if self.queue or self.transit_left:
-                self._use_opportunity(t, deliver)
+                self._use_opportunity(t, deliver, now_ms)
                 self.next_index += 1
             elif self.delayed and self.delayed[0][0] <= now_ms:
                 self._skip_to(self.delayed[0][0])
@@ -197,7 +294,7 @@ class Direction:
         position = int(np.searchsorted(times, t_ms - cycle * period, side="left"))
         self.next_index = max(self.next_index, cycle * len(times) + position)
 
-    def _use_opportunity(self, at_ms: int, deliver) -> None:
+    def _use_opportunity(self, at_ms: int, deliver, now_ms: float) -> None:
         budget = OPPORTUNITY_BYTES
         while budget > 0:
             if self.transit_left == 0:
@@ -212,6 +309,7 @@ class Direction:
             if self.transit_left == 0:
                 deliver(self.in_transit)
                 self._count_delivery(len(self.in_transit), at_ms)
+                self.lateness.add(now_ms - at_ms)
 
     def _count_delivery(self, size: int, at_ms: int) -> None:
         self.counts["delivered"] += 1
@@ -227,13 +325,16 @@ class Direction:
             return float(self.opportunity_at(self.next_index))
         return self.delayed[0][0] if self.delayed else math.inf
 
-    def summary(self) -> dict[str, Any]:
-        return {**self.counts, "bytes_per_second": self.per_second}
+    def summary(self, tolerance_ms: float = LATENESS_TOLERANCE_MS) -> dict[str, Any]:
+        """The counters, bytes per second, and the lateness summary with its histogram."""
+        return {**self.counts, "bytes_per_second": self.per_second,
+                "lateness": {**self.lateness.summary(tolerance_ms), **self.lateness.to_json()}}
 
 
 def run(spec: dict[str, Any], server_fd: int, client_fd: int) -> dict[str, Any]:
     """Move packets between the two TUN descriptors until SIGTERM (or ``spec["seconds"]``);
-    returns the counters."""
+    returns the counters, per direction and the lateness of both directions together
+    (against ``spec["lateness_tolerance_ms"]``)."""
     down, up = (Direction(LinkSpec.from_json(spec[key])) for key in ("down", "up"))
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
@@ -256,7 +357,9 @@ def run(spec: dict[str, Any], server_fd: int, client_fd: int) -> dict[str, Any]:
         now = (time.monotonic() - start) * 1000.0
         for direction, out in routes.values():
             direction.service(now, lambda packet, out=out: _write(out, packet))
-    return {"down": down.summary(), "up": up.summary(),
+    tolerance = float(spec.get("lateness_tolerance_ms") or LATENESS_TOLERANCE_MS)
+    return {"down": down.summary(tolerance), "up": up.summary(tolerance),
+            "lateness": Lateness.merged([down.lateness, up.lateness]).summary(tolerance),
             "seconds": round(time.monotonic() - start, 3)}
 
 

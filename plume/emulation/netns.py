@@ -2,12 +2,12 @@
 
 Each side is a network namespace made by ``unshare --net`` around a small *anchor* process.
 The anchor brings up loopback and a TUN device (``plume0``: a point-to-point address to the
-other side; IPv6 off, so only the applications' packets cross the link), hands the TUN file descriptor to the parent over a Unix socket pair, and then
-waits. The namespace lives exactly as long as the processes in it and the TUN descriptors:
-nothing is named in ``/run/netns`` and nothing is left behind when the emulator ends, also
-after Ctrl-C or SIGKILL. Every process started here (anchors, the link, applications) gets
-``PR_SET_PDEATHSIG`` = SIGKILL, so it dies with the process that started it. The host's
-interfaces, routes and qdiscs are never touched.
+other side; IPv6 off, so only the applications' packets cross the link), hands the TUN file
+descriptor to the parent over a Unix socket pair, and then waits. The namespace lives exactly
+as long as the processes in it and the TUN descriptors: nothing is named in ``/run/netns`` and
+nothing is left behind when the emulator ends, also after Ctrl-C or SIGKILL. Every process
+started here (anchors, the link, applications) gets ``PR_SET_PDEATHSIG`` = SIGKILL, so it dies
+with the process that started it. The host's interfaces, routes and qdiscs are never touched.
 
 Needs CAP_NET_ADMIN: root, or an unprivileged user namespace where the kernel allows one
 (``unshare --user --map-root-user --net``); without either, :class:`EmulationUnavailable`

@@ -4,7 +4,9 @@ fields from per-step records (the simulator's ``eval.parquet`` schema, with a ``
 
 An emulation class states ``inside``: the side that starts the exchange (ABR's player, CC's
 sender). Mahimahi's shells (``emulation.link=mahimahi``) run that side inside them; Plume's
-link does not need it.
+link does not need it. :func:`emulate` also returns each session's link counters (with the
+link's lateness, judged against ``emulation.lateness_tolerance_ms``; None for Mahimahi's
+shells, which report none).
 """
 
 from __future__ import annotations
@@ -176,16 +178,19 @@ def _link(emulation: Emulation, settings, index: int):
         from plume.emulation.mahimahi import MahimahiShell
 
         return MahimahiShell(down, up, inside=emulation.inside)
-    return Emulator(down, up)
+    return Emulator(down, up, lateness_tolerance_ms=settings.lateness_tolerance_ms)
 
 
-def emulate(emulation: Emulation, settings) -> tuple[list[list[dict]], list[list[dict]]]:
+def emulate(emulation: Emulation, settings
+            ) -> tuple[list[list[dict]], list[list[dict]], list[dict | None]]:
     """Every trace emulated (``settings.parallel`` sessions at once, each on its own link)
-    and simulated: per-step records of both modes, by trace."""
-    def one(index: int) -> list[dict]:
+    and simulated: per-step records of both modes, by trace, and each session's link
+    counters (``Emulator.stats``: None where the link reports none)."""
+    def one(index: int) -> tuple[list[dict], dict | None]:
         with _link(emulation, settings, index) as link:
-            return emulation.session(link, index)
+            records = emulation.session(link, index)
+        return records, getattr(link, "stats", None)  # set when the link has stopped
 
     with ThreadPoolExecutor(max_workers=settings.parallel) as sessions:
-        emulated = list(sessions.map(one, range(len(emulation.traces))))
-    return emulated, emulation.simulate()
+        done = list(sessions.map(one, range(len(emulation.traces))))
+    return [records for records, _ in done], emulation.simulate(), [s for _, s in done]

@@ -7,7 +7,8 @@ Writes into ``out``:
   their intervals), the method of every interval with its measured coverage, which tasks were
   compared and why, what was pooled (runs per cell, normalisation, seeds dropped and why), the
   failed and unfinished runs (listed, never pooled), classic controllers, exports and
-  emulation runs beside them, tables, figure links;
+  emulation runs beside them (each with its link's lateness, and a warning naming the runs
+  whose emulated link fell behind its schedule), tables, figure links;
 * ``tables/<name>.csv`` (full precision), ``.md`` and ``.tex`` (booktabs);
 * ``figures/<name>.png`` and ``.pdf``.
 
@@ -26,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from plume.report.comparisons import METRICS, TOO_FEW
-from plume.report.emulation import gap_figure, read_emulations
+from plume.report.emulation import gap_figure, lateness_warnings, read_emulations
 from plume.report.inference import (
     ALPHA,
     COVERAGE_REPETITIONS,
@@ -171,11 +172,33 @@ def _emulation_lines(gaps: pd.DataFrame, figure: Path | None = None,
               "(emulated links): means over the traces and the gap, emulation minus "
               "simulation, with a 95% Student-t interval over the per-trace differences (none "
               "from fewer than 5 traces); score is the env's score. Per trace: "
-              "tables/emulation_per_trace.csv."), "",
+              "tables/emulation_per_trace.csv. Link lateness: the p99 of how late the emulated "
+              "link sent its packets (actual minus scheduled departure; above its tolerance "
+              "the link fell behind its trace and the run's numbers are biased)."), "",
              to_markdown(_display("emulation_gap", gaps)), ""]
+    behind, unknown = lateness_warnings(gaps)
+    if behind:
+        lines += [(f"**Warning: the emulated link fell behind its schedule in {len(behind)} "
+                   "run(s)** (the machine was too busy): their emulation numbers and gaps are "
+                   "biased, not exact; rerun them on an idle machine."), "",
+                  *[f"- {md_escape(line)}" for line in behind], ""]
+    if unknown:
+        lines += [(f"Link lateness was not measured in {len(unknown)} run(s) (Mahimahi's "
+                   "shells, or a run from before it was recorded): not known to be exact."),
+                  "", *[f"- {md_escape(line)}" for line in unknown], ""]
     if figure is not None:
         lines += [f"![per-trace gaps]({_rel(figure, out)})", ""]
     return lines
+
+
+def _lateness_cell(p99: Any, tolerance: Any, within: Any) -> str:
+    """'0.21', '4.31 > 1: BEHIND' (the link fell behind), '0.21, not all links measured' or
+    'not measured'."""
+    if p99 is None or pd.isna(p99):
+        return "not measured"
+    if within is None or pd.isna(within):
+        return f"{p99:.2f}, not all links measured"
+    return f"{p99:.2f}" if within else f"{p99:.2f} > {tolerance:g}: BEHIND"
 
 
 def build_emulation_report(paths: Sequence[str | Path], out: str | Path,
@@ -279,6 +302,9 @@ def _display(name: str, frame: pd.DataFrame) -> pd.DataFrame:
         shown["gap [95% t]"] = _ci(frame, "gap", "gap_lo", "gap_hi", "+.3f").where(
             frame["gap"].notna(), "")
         shown["problem"] = frame["problem"].fillna("")
+        shown["link lateness p99 (ms)"] = [
+            _lateness_cell(p99, tolerance, within) for p99, tolerance, within in zip(
+                frame["link_p99_ms"], frame["link_tolerance_ms"], frame["link_within_tolerance"])]
         return shown
     if name == "exports":
         shown = frame.drop(columns=["run_dir"]).copy()

@@ -5,6 +5,11 @@ the gap per controller and metric, per trace, and as a figure.
 The gap (``plume.emulation.gap``) is emulation minus simulation on the same trace, averaged
 over traces, with a 95 % Student-t interval over the per-trace differences from 5 traces on
 (none below: never an interval from fewer than 5).
+
+Each run also carries its links' lateness (``status.json``'s ``link_lateness``): the ``link_*``
+columns, and :func:`lateness_warnings` names every run whose link fell behind its schedule
+(p99 lateness above the tolerance: biased numbers) or reported no lateness (not known to be
+exact), so that no such run reads as exact; the figure draws such runs as their own strip.
 """
 
 from __future__ import annotations
@@ -15,13 +20,20 @@ from typing import Sequence
 import pandas as pd
 
 from plume.emulation.gap import METRICS, gap_rows, per_trace_gaps
-from plume.report.runs import COMPLETED, EMULATION, EVAL, find_run_dirs, read_run
+from plume.report.runs import COMPLETED, EMULATION, EVAL, LINK_LATENESS, find_run_dirs, read_run
 
-__all__ = ["find_emulations", "gap_figure", "read_emulations"]
+__all__ = ["find_emulations", "gap_figure", "lateness_warnings", "read_emulations"]
 
+LINK_COLUMNS = ["link_p99_ms", "link_max_ms", "link_late_fraction", "link_tolerance_ms",
+                "link_within_tolerance"]
+"""The run's ``link_lateness`` beside every row: ``link_within_tolerance`` is True, False (the
+link fell behind: biased) or None (not measured, or a run from before it was recorded)."""
 GAP_COLUMNS = ["run_dir", "env", "policy", "link", "metric", "simulation", "emulation", "gap",
-               "gap_lo", "gap_hi", "traces", "problem"]
-PER_TRACE_COLUMNS = ["run_dir", "env", "policy", "trace_id", "metric", "gap"]
+               "gap_lo", "gap_hi", "traces", "problem", *LINK_COLUMNS]
+PER_TRACE_COLUMNS = ["run_dir", "env", "policy", "trace_id", "metric", "gap",
+                     "link_within_tolerance"]
+BEHIND = " (link behind)"
+"""Suffix of a policy's strip in the figure for runs whose link fell behind."""
 
 
 def find_emulations(paths: Sequence[str | Path]) -> list[Path]:
@@ -38,9 +50,11 @@ def _read_one(run_dir: Path) -> tuple[list[dict], list[dict]]:
     did not complete or its table is not what plume-emulate writes."""
     files = read_run(run_dir)
     config, choices = files.config, files.status.get("choices", {})
+    lateness = files.status.get(LINK_LATENESS) or {}
     head = {"run_dir": str(run_dir), "env": config.get("env"),
             "policy": choices.get("policy"),
-            "link": choices.get("link")}
+            "link": choices.get("link"),
+            **{column: lateness.get(column.removeprefix("link_")) for column in LINK_COLUMNS}}
     try:
         if files.state != COMPLETED:
             raise ValueError(f"state {files.state}: {files.problem or files.status.get('error')}")
@@ -69,6 +83,28 @@ def read_emulations(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, pd.DataF
             pd.DataFrame(per_trace, columns=PER_TRACE_COLUMNS))
 
 
+def lateness_warnings(gaps: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(runs whose link fell behind, runs with no lateness measured): one line each naming the
+    run, its policy and env, and the numbers."""
+    behind, unknown = [], []
+    runs = gaps.drop_duplicates("run_dir") if not gaps.empty else gaps
+    for row in runs.itertuples():
+        name = f"{row.run_dir} ({row.policy}, {row.env}, link={row.link})"
+        verdict = _verdict(row.link_within_tolerance)
+        if verdict is False:
+            behind.append(f"{name}: p99 lateness {row.link_p99_ms:.2f} ms > "
+                          f"{row.link_tolerance_ms:g} ms, max {row.link_max_ms:.2f} ms, "
+                          f"{row.link_late_fraction:.1%} of packets later than the tolerance")
+        elif verdict is None and not isinstance(row.problem, str):
+            unknown.append(name)
+    return behind, unknown
+
+
+def _verdict(value) -> bool | None:
+    """``link_within_tolerance`` from a table cell (numpy booleans, None or NaN when absent)."""
+    return None if value is None or pd.isna(value) else bool(value)
+
+
 def gap_figure(per_trace: pd.DataFrame, out: Path) -> Path | None:
     """Per environment (a row) and metric (a panel), each controller's per-trace gaps as a
     strip with their mean (zero: the simulator agreed): where the simulator is off, for which
@@ -80,6 +116,9 @@ def gap_figure(per_trace: pd.DataFrame, out: Path) -> Path | None:
 
     if per_trace.empty:
         return None
+    per_trace = per_trace.assign(policy=[
+        f"{policy}{BEHIND}" if _verdict(within) is False else policy
+        for policy, within in zip(per_trace["policy"], per_trace["link_within_tolerance"])])
     envs = list(dict.fromkeys(per_trace["env"]))
     width = max(len(set(per_trace.loc[per_trace["env"] == e, "metric"])) for e in envs)
     fig, axes = plt.subplots(len(envs), width, figsize=(3.2 * width, 2.6 * len(envs)),

@@ -36,6 +36,7 @@ from plume.run_record import (
     COMPLETED,
     EXPORTS,
     HYDRA_CONFIG,
+    LINK_LATENESS,
     RUNNING,
     STATES,
     STATUS,
@@ -449,11 +450,37 @@ def _check_status(status: Any) -> dict[str, Any]:
         "seed": _whole(status.get("seed"), f"{at}seed", SEED_RANGE),
         "choices": {key: _name(choices.get(key), f"{at}choices.{key}") for key in CHOICES},
     }
+    if status.get(LINK_LATENESS) is not None:
+        checked[LINK_LATENESS] = _check_lateness(status[LINK_LATENESS], f"{at}{LINK_LATENESS}")
     if state == RUNNING:
         checked["host"] = _text(status.get("host"), f"{at}host", limit=NAME_LIMIT)
         checked["pid"] = _whole(status.get("pid"), f"{at}pid", PID_RANGE, "a process id")
         checked["heartbeat"] = _real(status.get("heartbeat"), f"{at}heartbeat")
     return checked
+
+
+def _check_lateness(value: Any, where: str) -> dict[str, Any]:
+    """An emulation run's ``link_lateness`` (``run_record.LINK_LATENESS``), checked: the
+    numbers the report shows, the verdict (true, false or null) and how many traces' links
+    fell behind or reported nothing."""
+    record = _mapping(value, where)
+    verdict = record.get("within_tolerance")
+    if verdict is not None and not isinstance(verdict, bool):
+        raise RunFileError(f"{where}.within_tolerance is {_kind(verdict)} ({_show(verdict)}), "
+                           "not true, false or null")
+    checked = {key: _real(record.get(key), f"{where}.{key}", low=0.0)
+               for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "tolerance_ms")}
+    fraction = _real(record.get("late_fraction"), f"{where}.late_fraction", low=0.0)
+    if fraction is not None and fraction > 1.0:
+        raise RunFileError(f"{where}.late_fraction {_show(fraction)} is above 1")
+    counts = {}
+    for key in ("late_traces", "unmeasured_traces"):
+        traces = record.get(key) or []
+        if not isinstance(traces, list):
+            raise RunFileError(f"{where}.{key} is {_kind(traces)}, not a list of trace ids")
+        counts[f"n_{key}"] = len(traces)
+    return {**checked, "count": _whole(record.get("count"), f"{where}.count", (0, 2**62)),
+            "late_fraction": fraction, "within_tolerance": verdict, **counts}
 
 
 def _check_config(config: Any, name: str) -> dict[str, Any]:
