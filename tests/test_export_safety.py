@@ -70,14 +70,23 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
 
 
 def export(capsys, *args) -> tuple[int, list[str]]:
-    """``plume-export ARGS`` in this process: (exit code, the command's own error lines). Log
-    records may also reach stderr through a root handler an earlier test installed; no line
-    may be a traceback's."""
+    """``plume-export ARGS`` in this process, with logging as a fresh process has it (an
+    earlier test's handlers, some bound to capture streams since closed, are set aside for
+    the call): (exit code, the command's own error lines); no line may be a traceback's."""
+    import logging
+
+    loggers = [logging.getLogger(), logging.getLogger("plume")]
+    kept = [list(logger.handlers) for logger in loggers]
+    for logger in loggers:
+        logger.handlers.clear()
     try:
         export_main([str(a) for a in args])
         code = 0
     except SystemExit as stop:
         code = int(stop.code)
+    finally:
+        for logger, handlers in zip(loggers, kept):
+            logger.handlers[:] = handlers
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return code, [line for line in err.splitlines() if line.startswith("plume-export:")]
