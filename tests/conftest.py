@@ -80,17 +80,23 @@ def _wandb_sandbox(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
 
 
-def compose_train(*overrides: str):
-    """The job config Hydra would build for ``plume-train OVERRIDES`` (usable from module
-    fixtures, where the function-scoped ``compose_cfg`` is not)."""
+def compose_config(config_name: str, *overrides: str):
+    """The config Hydra would build for the app ``config_name`` (``train``, ``analyze``, ...)
+    with ``overrides`` (usable from module fixtures, where the function-scoped
+    ``compose_cfg`` is not)."""
     import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose("train", overrides=list(overrides))
+            return compose(config_name, overrides=list(overrides))
     finally:
         GlobalHydra.instance().clear()
+
+
+def compose_train(*overrides: str):
+    """The job config of ``plume-train OVERRIDES``."""
+    return compose_config("train", *overrides)
 
 
 @pytest.fixture

@@ -13,28 +13,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from plume.analysis import analyze, assignment_table, contingency_table
 from plume.harness.preflight import check_analyze
 from plume.traces import load_tracebench
-from tests.conftest import CONF_DIR, TINY
+from tests.conftest import TINY, compose_config
 
 CACHE = next(o for o in TINY if o.startswith("paths.cache="))  # shared: analysed once
 MAJORITY_FAST_KINDS = {"fast_high-var": 375, "fast_low-var": 375,
                        "slow_high-var": 125, "slow_low-var": 125}
-
-
-def _compose(*overrides: str):
-    import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose("analyze", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +40,7 @@ def majority_fast(tmp_path_factory):
         GlobalHydra.instance().clear()
         command.main()
     GlobalHydra.instance().clear()
-    _, _, settings, traces = check_analyze(_compose(*argv[1:]))
+    _, _, settings, traces = check_analyze(compose_config("analyze", *argv[1:]))
     result = analyze(traces, settings, cache_dir=CACHE.split("=", 1)[1])  # from the cache
     out = root / "analysis" / "tracebench-majority_fast-train"
     return out, printed.getvalue(), result

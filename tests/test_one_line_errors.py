@@ -95,6 +95,9 @@ def test_a_torn_journal_is_refused_before_any_trial_and_never_written(tmp_path):
     (lambda lines: [*lines[:2], b'{"op_code": 0, "worker_id": "w"}\n', *lines[2:]], 3,
      "cannot be replayed by Optuna (KeyError: 'study_name')"),
     (lambda lines: [b"\x00\x01garbage", *lines], 1, "is not JSON"),
+    (lambda lines: [*lines[:2], b'{"op_code": ' + b"9" * 5000 + b"}\n", *lines[2:]], 3,
+     "is not JSON (Exceeds the limit (4300 digits) for integer string conversion"),
+    (lambda lines: [*lines[:2], b"[" * 30000 + b"\n", *lines[2:]], 3, "is not JSON ("),
 ])
 def test_any_damaged_journal_line_is_named_read_only(tmp_path, damage, line, problem):
     journal = tmp_path / "optuna.journal"

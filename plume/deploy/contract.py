@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CONTRACT_FILE", "CONTRACT_FORMAT", "ContractError", "canonical_sha256",
-           "file_sha256", "read_contract", "write_contract"]
+           "contract_file", "file_sha256", "read_contract", "write_contract"]
 
 CONTRACT_FILE = "contract.json"
 CONTRACT_FORMAT = "plume-controller/2"
@@ -107,11 +107,16 @@ def _refuse_constant(name: str) -> Any:
     raise ContractError(f"non-finite number {name} (JSON has none; the file was edited)")
 
 
+def contract_file(path: str | Path) -> Path:
+    """The contract file of an export directory, or ``path`` itself when it names the file."""
+    path = Path(path)
+    return path / CONTRACT_FILE if path.is_dir() else path
+
+
 def read_contract(path: str | Path) -> dict[str, Any]:
     """The contract of an export directory (or of the file itself), its seal verified: the
     model files and the contract hash as written, and the keys the runtime reads present."""
-    path = Path(path)
-    file = path / CONTRACT_FILE if path.is_dir() else path
+    file = contract_file(path)
     contract = _parse(file)
     missing = [key for key in REQUIRED if key not in contract]
     if contract.get("format") not in (None, CONTRACT_FORMAT) and "format" not in missing:

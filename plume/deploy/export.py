@@ -34,8 +34,8 @@ from plume.deploy.verify import env_description
 
 __all__ = ["EXPORT_FILES", "ONNX_OPSET", "TOLERANCE", "DestinationError", "ParityError",
            "check_destination", "check_parity", "contract_for", "export_controller",
-           "export_identity", "export_policy", "export_rule", "install", "stage_policy",
-           "staging"]
+           "export_identity", "export_policy", "export_rule", "install", "run_identity",
+           "stage_policy", "staging"]
 
 TOLERANCE = 1e-5
 """Largest output difference between formats, relative to max(1, the step's largest |output|):
@@ -201,10 +201,15 @@ def export_identity(contract: dict[str, Any]) -> str:
     moving or copying the run keeps), or a rule of an environment."""
     source = contract.get("source") if isinstance(contract.get("source"), dict) else {}
     if source.get("config_sha256"):
-        return f"run {source['config_sha256']}"
+        return run_identity(source["config_sha256"])
     env = contract.get("env") if isinstance(contract.get("env"), dict) else {}
     policy = contract.get("policy") if isinstance(contract.get("policy"), dict) else {}
     return f"rule {policy.get('controller')} of env {env.get('name')}"
+
+
+def run_identity(config_sha256: str) -> str:
+    """The identity of every export of the run whose ``config.yaml`` has this SHA-256."""
+    return f"run {config_sha256}"
 
 
 def _earlier_identity(folder: Path) -> str | None:

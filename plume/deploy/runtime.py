@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from plume.deploy.contract import CONTRACT_FILE, ContractError, read_contract
+from plume.deploy.contract import ContractError, contract_file, read_contract
 from plume.deploy.sessions import MeasurementError, has_session, no_session_reason, session_for
 from plume.deploy.verify import check_contract
 
@@ -179,14 +179,14 @@ def load_controller(path: str | Path, *, threads: int = 1,
     the policy's shapes, the model's signature and the session's constants; ContractError in
     one line for anything damaged or edited. ``clip_bps`` (CC only) replaces the training
     clip of the sending rate, e.g. PCC-RL's (0.5e6, 300e6)."""
-    path = Path(path)
-    contract = read_contract(path)
-    where = str(path / CONTRACT_FILE if path.is_dir() else path)
+    file = contract_file(path)
+    contract = read_contract(file)
+    where = str(file)
     check_contract(contract, where)
     policy_section = contract["policy"]
     if policy_section["kind"] == "model":
-        folder = path if path.is_dir() else path.parent
-        policy = OnnxPolicy(folder / policy_section["files"]["onnx"], policy_section, threads)
+        policy = OnnxPolicy(file.parent / policy_section["files"]["onnx"], policy_section,
+                            threads)
     else:
         policy = RulePolicy(contract)
     options = {"clip_bps": _clip(clip_bps)} if clip_bps is not None else {}

@@ -39,10 +39,10 @@ def check_contract(contract: dict[str, Any], where: str) -> None:
         _check_model(contract, where)
 
 
-def _decisive(value: Any, key: str | None = None) -> Any:
+def _decisive(value: Any) -> Any:
     """``value`` without its prose: the numbers, lists, kinds and names a session reads."""
     if isinstance(value, dict):
-        return {k: _decisive(v, k) for k, v in value.items()
+        return {k: _decisive(v) for k, v in value.items()
                 if not isinstance(v, str) or k in PROSE_KEYS_KEPT}
     if isinstance(value, (list, tuple)):
         return [_decisive(v) for v in value]
@@ -67,8 +67,8 @@ def first_difference(found: Any, expected: Any, where: str) -> str | None:
             if diff:
                 return diff
         return None
-    if type(found) is not type(expected) and not _both_numbers(found, expected) \
-            or found != expected:
+    other_type = type(found) is not type(expected) and not _both_numbers(found, expected)
+    if other_type or found != expected:
         return f"{where} is {_short(found)}, the environment defines {_short(expected)}"
     return None
 

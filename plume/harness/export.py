@@ -131,7 +131,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     record it in the run directory; ConfigError or DestinationError (one line) for a run or a
     destination that cannot be used, ``plume.deploy.export.ParityError`` when the formats
     disagree. Everything is staged first: a failure leaves ``out`` and the run as they were."""
-    from plume.deploy.export import check_destination, install, staging
+    from plume.deploy.export import check_destination, install, run_identity, staging
 
     run_dir = Path(run_dir)
     config = run_dir / RESOLVED_CONFIG
@@ -139,7 +139,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_CONFIG})")
     cfg = OmegaConf.load(config)
     out = Path(out) if out is not None else run_dir / "export"
-    identity = f"run {hashlib.sha256(config.read_bytes()).hexdigest()}"
+    identity = run_identity(hashlib.sha256(config.read_bytes()).hexdigest())
     check_destination(out, identity, run_dir=run_dir)
     rundir = RunDirectory(run_dir)
     started = time.time()
@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, CorruptCheckpoint, DestinationError) as err:
         print(f"plume-export: {err}", file=sys.stderr)
         sys.exit(2)
+    except ParityError as err:  # before Exception: a ParityError is a RuntimeError
+        print(f"plume-export: parity check failed: {err}", file=sys.stderr)
+        sys.exit(1)
     except Exception as err:  # a full disk, a folder that became read-only: nothing installed
         refused = os_error(err)  # torch's writers wrap the OSError in a RuntimeError
         if refused is None:
@@ -219,9 +222,6 @@ def main(argv: list[str] | None = None) -> None:
         where = refused.filename or args.out or Path(args.run_dir) / "export"
         print(f"plume-export: {write_failed(where, refused)}", file=sys.stderr)
         sys.exit(2)
-    except ParityError as err:
-        print(f"plume-export: parity check failed: {err}", file=sys.stderr)
-        sys.exit(1)
     finally:
         log.removeHandler(handler)
         log.setLevel(level)

@@ -270,7 +270,8 @@ def check_journal(path: Path) -> None:
     bad = None
     for number, line in enumerate(lines, start=1):
         if number == len(lines):  # after the last line break: nothing, or a torn line
-            bad = (number, "is torn (no line break at its end: a write cut short)") if line else None
+            if line:
+                bad = (number, "is torn (no line break at its end: a write cut short)")
             break
         log = _journal_operation(line)
         if isinstance(log, str):
@@ -298,6 +299,8 @@ def _journal_operation(line: bytes) -> dict | str:
         return "is not text (not UTF-8)"
     except json.JSONDecodeError as err:
         return f"is not JSON ({err.msg} at column {err.colno})"
+    except (ValueError, RecursionError) as err:  # a 5,000-digit integer, nesting 30,000 deep
+        return f"is not JSON ({str(err).splitlines()[0][:80] or type(err).__name__})"
     op = log.get("op_code") if isinstance(log, dict) else None
     if not isinstance(op, int) or isinstance(op, bool):
         return "is not an Optuna journal operation (no integer op_code)"
