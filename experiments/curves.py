@@ -20,7 +20,7 @@ import pandas as pd
 
 from experiments.catalog import Figure, Group
 from plume.figures import save_figure
-from plume.run_record import read_status
+from plume.runs.record import RunStatus, read_status
 
 RunRoles = Mapping[Path, tuple[str, str]]
 """A completed run directory -> (its group's key, its curve label or controller name)."""
@@ -262,7 +262,8 @@ def _table_cell(group: Group, label: str, scores: pd.DataFrame, result, roles) -
 
 
 def _round_seconds(run: Path) -> float:
-    summary = (read_status(run) or {}).get("summary") or {}
+    status = read_status(run)
+    summary = (status.summary if isinstance(status, RunStatus) else None) or {}
     return float(summary.get("sampler_round_seconds") or 0.0)
 
 

@@ -22,13 +22,13 @@ import pandas as pd
 from experiments.catalog import DATASET_LABELS
 from experiments.curves import mean_and_ci, pyplot
 from plume.figures import save_figure
-from plume.run_record import (
+from plume.runs.record import (
     COMPLETED,
     EVAL_TABLE,
     RESOLVED_CONFIG,
     SAMPLER_TABLE,
     STATUS,
-    read_status,
+    run_state,
 )
 
 KIND_ORDER = ("fast_low-var", "fast_high-var", "slow_low-var", "slow_high-var")
@@ -86,8 +86,7 @@ def completed_runs(paths: Iterable[str | Path]) -> list[RunInfo]:
         candidates = [path] if (path / STATUS).is_file() else sorted(
             p.parent for p in path.rglob(STATUS))
         for candidate in candidates:
-            state = (read_status(candidate) or {}).get("state")
-            if state == COMPLETED and (candidate / EVAL_TABLE).is_file():
+            if run_state(candidate) == COMPLETED and (candidate / EVAL_TABLE).is_file():
                 found[candidate] = None
     return [read_run(p) for p in found]
 

@@ -60,7 +60,17 @@ from experiments.catalog import (
     Figure,
 )
 from plume.harness.train import format_clock
-from plume.run_record import COMPLETED, FAILED, RUNNING, STATUS, TRAIN_LOG, read_status
+from plume.runs.record import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    STATUS,
+    TRAIN_LOG,
+    Broken,
+    RunStatus,
+    read_status,
+    run_state,
+)
 
 # conf/hydra/launcher/<name>.yaml has the name of the plugin's own schema, so Hydra 1.3 checks
 # it against that schema (wanted) and warns that this matching is deprecated (noise) whenever
@@ -209,8 +219,9 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
 
 
 def read_state(run_dir: Path) -> str | None:
-    """The state its ``status.json`` records (None when the job never started)."""
-    return (read_status(run_dir) or {}).get("state")
+    """The state to believe (``plume.runs.record.run_state``): None when the job never
+    started, ``interrupted`` when its process is gone, ``broken`` when its status is damaged."""
+    return run_state(run_dir)
 
 
 def show(path: Path) -> str:
@@ -375,7 +386,8 @@ def _last_line(stderr: Sequence[str]) -> str | None:
 
 
 def _status_error(run_dir: Path) -> str | None:
-    error = (read_status(run_dir) or {}).get("error")
+    status = read_status(run_dir)
+    error = status.reason if isinstance(status, Broken) else status and status.error
     return str(error).splitlines()[0][:300] if error else None
 
 
@@ -536,7 +548,7 @@ def estimated_runtime(pending: Sequence[PlannedJob], planned: Sequence[PlannedJo
     by_kind: dict[str, list[float]] = {}
     for item in planned:
         status = read_status(item.run_dir) if item.completed else None
-        rate = (status or {}).get("summary", {}).get("steps_per_s")
+        rate = (status.summary or {}).get("steps_per_s") if isinstance(status, RunStatus) else None
         if rate:
             by_experiment.setdefault(item.run_dir.parent.parent, []).append(float(rate))
             by_kind.setdefault(item.kind, []).append(float(rate))

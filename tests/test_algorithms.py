@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from plume.agents import A2C, ALGORITHMS, PPO, A2CConfig, Algorithm, PPOConfig
-from plume.harness.rundir import RunDirectory
+from plume.runs.store import RunDirectory
 from plume.harness.schema import ConfigError, validate
 from plume.harness.train import run_job
 from tests.conftest import TINY, conf_options

@@ -27,7 +27,7 @@ from plume.deploy.export import ParityError, check_parity, export_controller
 from plume.deploy.replay import simulated_sessions
 from plume.deploy.sessions import MeasurementError
 from plume.harness.export import export_run
-from plume.harness.rundir import RunDirectory
+from plume.runs.store import RunDirectory
 from plume.harness.train import run_job
 from tests.conftest import CONF_DIR, ONE_THREAD, TINY, compose_train
 

@@ -13,7 +13,7 @@ import torch
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
-from plume.harness.rundir import RunDirectory
+from plume.runs.store import RunDirectory
 from plume.harness.schema import ConfigError, validate
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.train import run_job

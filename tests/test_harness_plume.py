@@ -11,7 +11,7 @@ from plume.agents import PPO, PPOConfig
 from plume.envs import TraceBenchVecEnv
 from plume.harness.analyze import report
 from plume.harness.monitor import TrainingMonitor
-from plume.harness.rundir import RunDirectory
+from plume.runs.store import RunDirectory
 from plume.harness.samplers import EpisodeSignals
 from plume.harness.schema import ConfigError
 from plume.harness.train import run_job

@@ -218,10 +218,10 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_a_failed_status(tmp_pat
 
 def test_the_job_log_says_once_that_its_disk_is_full(tmp_path, compose_cfg):
     handler = compose_cfg(hydra_cfg=True).hydra.job_logging.handlers.file
-    assert handler["class"] == "plume.harness.rundir.RunLogHandler"  # Hydra's train.log
+    assert handler["class"] == "plume.runs.store.RunLogHandler"  # Hydra's train.log
     log = tmp_path / "disk" / "train.log"
     code = ("import logging, sys\n"
-            "from plume.harness.rundir import RunLogHandler\n"
+            "from plume.runs.store import RunLogHandler\n"
             "logging.getLogger().addHandler(RunLogHandler(sys.argv[1]))\n"
             "for i in range(20):\n"
             "    logging.getLogger('plume').warning('record %d %s', i, 'x' * 5000)\n")
@@ -236,8 +236,8 @@ def test_the_job_log_says_once_that_its_disk_is_full(tmp_path, compose_cfg):
 def test_a_file_size_limit_is_the_systems_own_reason_and_nothing_is_left_torn(tmp_path):
     code = ("import resource, signal, sys\n"
             "import numpy as np\n"
-            "from plume.harness.errors import WriteFailed\n"
-            "from plume.harness.rundir import RunDirectory\n"
+            "from plume.runs.errors import WriteFailed\n"
+            "from plume.runs.store import RunDirectory\n"
             "run = RunDirectory(sys.argv[1])\n"
             "(run.path / 'train.jsonl').write_text('{}\\n' * 33_000)\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"

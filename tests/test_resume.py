@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from plume.harness.monitor import TrainingMonitor
-from plume.harness.rundir import RunDirectory
+from plume.runs.store import RunDirectory
 from plume.harness.train import run_job
 from tests.conftest import TINY, conf_options, plume_train_env
 
@@ -154,7 +154,7 @@ class _SimulatorLike:
 
 
 def test_a_snapshot_keeps_views_as_views_and_refers_to_the_traces():
-    from plume.harness import snapshot
+    from plume.runs import snapshot
     from plume.traces import load_tracebench
 
     traces = load_tracebench("balanced", "test").subset(range(4))

@@ -12,18 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from plume.harness.rundir import (
-    HEARTBEAT_STALE_S,
-    INTERRUPTED,
-    RUNNING,
-    CorruptCheckpoint,
-    RunDirectory,
-    RunDirectoryLocked,
-    _atomic_write,
-    effective_state,
-)
 from plume.harness.train import run_job
 from plume.report.runs import scan_runs
+from plume.runs.record import (HEARTBEAT_STALE_S, INTERRUPTED, RUNNING, effective_state)
+from plume.runs.store import CorruptCheckpoint, RunDirectory, RunDirectoryLocked, _atomic_write
 from tests.conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]

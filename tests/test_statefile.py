@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from plume.harness.statefile import Encoded, StateRefused, class_name, decode, encode, load, save
+from plume.runs.statefile import Encoded, StateRefused, class_name, decode, encode, load, save
 
 
 @dataclass

@@ -18,7 +18,7 @@ from plume.harness.evaluation import Evaluator, evaluate_policy
 from plume.harness.loop import Schedule, TrainingLoop
 from plume.harness.monitor import TrainingMonitor
 from plume.harness.progress import Progress
-from plume.harness.rundir import RunDirectory
+from plume.runs.store import RunDirectory
 from plume.harness.sampler_session import SamplerSession
 from plume.harness.tracking import NullTracker
 from plume.sampling import UniformSampler

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from plume.harness import statefile
-from plume.harness.rundir import RunDirectory
+from plume.runs import statefile
+from plume.runs.store import RunDirectory
 from plume.harness.train import run_job
 from plume.traces.lb import write_lb_csv
 from plume.traces.loaders import write_cooked, write_puffer_sample

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from plume.harness.datasets import VALIDATION, validation_split
 from plume.harness.errors import ConfigError
-from plume.harness.rundir import RunDirectory
+from plume.runs.store import RunDirectory
 from plume.harness.train import run_job
 from plume.harness.tune import check_trial_job, search_space
 from plume.traces import TraceSet, load_tracebench

@@ -363,12 +363,12 @@ class PlumeOptunaSweeper(Sweeper):
                 outcome: Any) -> dict[int, str]:
         """Launch the jobs of ``batch`` that must train to ``rung`` (a run directory shared by
         trials with the same values once; a completed one not at all); trial -> error line."""
-        from plume.run_record import COMPLETED, read_status
+        from plume.runs.record import COMPLETED, run_state
 
         jobs: dict[Path, list[str]] = {}
         for run in batch:
             for seed, run_dir in enumerate(run.run_dirs):
-                if (read_status(run_dir) or {}).get("state") != COMPLETED:
+                if run_state(run_dir) != COMPLETED:
                     jobs.setdefault(run_dir, self._job(plan.given, run.overrides, seed, rung))
         if not jobs:
             return {}

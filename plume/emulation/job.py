@@ -30,7 +30,6 @@ import math
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,17 +44,11 @@ from plume.emulation.link import LATENESS_TOLERANCE_MS, Lateness
 from plume.emulation.scenarios import EMULATIONS, Emulation, emulate
 from plume.harness import sweep
 from plume.harness.configdir import CONF_DIR
-from plume.harness.errors import ConfigError, WriteFailed
-from plume.harness.rundir import (
-    COMPLETED,
-    EVAL_TABLE,
-    FAILED,
-    RESOLVED_CONFIG,
-    RUNNING,
-    RunDirectory,
-    discard_unused,
-)
-from plume.run_record import LINK_LATENESS
+from plume.harness.errors import ConfigError
+from plume.runs.errors import WriteFailed
+from plume.runs.lifecycle import JobRecord, Outcome, run_lifecycle
+from plume.runs.record import EVAL_TABLE, LINK_LATENESS
+from plume.runs.store import RunDirectory, RunDirectoryLocked, discard_unused
 
 log = logging.getLogger("plume")
 
@@ -190,7 +183,7 @@ def emulate_job(cfg: DictConfig) -> dict[str, Any] | None:
     hydra_cfg = HydraConfig.get()
     try:
         return run_emulation(cfg, Path(hydra_cfg.runtime.output_dir))
-    except ConfigError as err:  # the user's mistake: one line, no traceback
+    except (ConfigError, RunDirectoryLocked) as err:  # one line, no traceback
         sweep.refuse("plume-emulate", err, hydra_cfg.mode)
     except WriteFailed as err:  # a full disk: one line, a failure
         sweep.failed_write("plume-emulate", err, hydra_cfg.mode)
@@ -207,8 +200,9 @@ def main() -> None:
 
 
 def run_emulation(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
-    """Emulate and simulate every trace of the job; write the run directory (checked first:
-    a refused config leaves none; a completed one is skipped unless ``overwrite``)."""
+    """Emulate and simulate every trace of the job; write the run directory through the job
+    lifecycle (checked first: a refused config leaves none; locked; a completed one is
+    skipped unless ``overwrite``; a killed one reads ``interrupted``)."""
     from plume.emulation.netns import EmulationUnavailable
 
     try:
@@ -217,32 +211,28 @@ def run_emulation(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
         discard_unused(run_dir)
         raise
     rundir = RunDirectory(run_dir)
-    if rundir.is_completed and not cfg.get("overwrite", False):
-        log.info("skipping %s: already completed (overwrite=true to emulate it again)", run_dir)
-        return rundir.status().get("summary")
-    (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    rundir.write_status(RUNNING, exp_name=str(cfg.exp_name), seed=int(cfg.seed),
-                        choices={"env": job.spec.name, "policy": job.policy,
-                                 "mode": "emulation", "link": job.settings.link},
-                        command=" ".join(sys.argv), error=None, traceback=None)
-    started = time.time()
+    record = JobRecord(exp_name=str(cfg.exp_name), seed=int(cfg.seed),
+                       choices={"env": job.spec.name, "policy": job.policy,
+                                "mode": "emulation", "link": job.settings.link},
+                       config=OmegaConf.to_yaml(cfg, resolve=True),
+                       overwrite=bool(cfg.get("overwrite", False)), verb="emulate",
+                       quiet=(EmulationUnavailable,))
     try:
-        summary, lateness = _emulate_into(job, rundir)
-    except EmulationUnavailable as err:
-        rundir.write_status(FAILED, error=f"EmulationUnavailable: {err}", traceback=None)
+        return run_lifecycle(rundir, record, lambda tracker: _emulation(job, rundir))
+    except EmulationUnavailable as err:  # the machine, not the code: one line
         raise ConfigError(str(err)) from None
-    except BaseException as err:
-        rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
-                            traceback=traceback.format_exc())
-        raise
-    rundir.write_status(COMPLETED, elapsed_s=round(time.time() - started, 3), summary=summary,
-                        **{LINK_LATENESS: lateness})
+
+
+def _emulation(job: EmulationJob, rundir: RunDirectory) -> Outcome:
+    """The body of an emulation job: both modes, the gap, how late the links ran."""
+    started = time.time()
+    summary, lateness = _emulate_into(job, rundir)
     log.info("%d traces in %.0f s; gap (emulation - simulation):\n%s", len(job.traces),
              time.time() - started, pd.DataFrame(summary["gap"]).to_string(index=False))
     (log.warning if lateness["within_tolerance"] is False else log.info)(
         "%s", lateness_note(lateness))
-    log.info("results: %s (eval.parquet, steps.parquet, gap.md)", run_dir)
-    return summary
+    log.info("results: %s (eval.parquet, steps.parquet, gap.md)", rundir.path)
+    return Outcome(summary, fields={LINK_LATENESS: lateness})
 
 
 def _emulate_into(job: EmulationJob, rundir: RunDirectory

@@ -17,9 +17,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from plume.harness.configdir import CONF_DIR
 from plume.harness.preflight import check_analyze
 from plume.harness.schema import ConfigError
-from plume.harness.configdir import CONF_DIR
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="analyze")

@@ -19,7 +19,7 @@ import numpy as np
 
 from plume.envs.registry import EnvSpec
 from plume.harness.evaluation import Evaluator
-from plume.run_record import SCORE_FILE  # noqa: F401  (harness modules import it here)
+from plume.runs.record import SCORE_FILE  # noqa: F401  (harness modules import it here)
 from plume.traces import TraceSet
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +25,15 @@ from omegaconf import DictConfig, OmegaConf
 from plume.harness import sweep
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.configdir import CONF_DIR
-from plume.harness.errors import WriteFailed
 from plume.harness.evaluation import Evaluator, eval_scores
-from plume.harness.rundir import (
-    COMPLETED,
-    EVAL_TABLE,
-    FAILED,
-    RESOLVED_CONFIG,
-    RUNNING,
-    RunDirectory,
-    discard_unused,
-)
 from plume.harness.schema import (
     ConfigError,
     resolve_env_defaults,
 )
+from plume.runs.errors import WriteFailed
+from plume.runs.lifecycle import JobRecord, Outcome, run_lifecycle
+from plume.runs.record import EVAL_TABLE
+from plume.runs.store import RunDirectory, RunDirectoryLocked, discard_unused
 
 log = logging.getLogger("plume")
 
@@ -58,7 +50,7 @@ def eval_job(cfg: DictConfig) -> dict[str, Any] | None:
     hydra_cfg = HydraConfig.get()
     try:
         return run_controller(cfg, Path(hydra_cfg.runtime.output_dir))
-    except ConfigError as err:  # the user's mistake: one line, no traceback
+    except (ConfigError, RunDirectoryLocked) as err:  # one line, no traceback
         sweep.refuse("plume-eval", err, hydra_cfg.mode)
     except WriteFailed as err:  # a full disk: one line, a failure
         sweep.failed_write("plume-eval", err, hydra_cfg.mode)
@@ -67,9 +59,10 @@ def eval_job(cfg: DictConfig) -> dict[str, Any] | None:
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")(eval_job)
 
 
-def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
     """Evaluate ``cfg.controller`` on every test set of ``cfg.env``; write the run directory
-    (checked first: a refused config leaves none)."""
+    (checked first: a refused config leaves none) through the job lifecycle
+    (``plume.runs.lifecycle``: locked, skipped when completed, ``interrupted`` once killed)."""
     from plume.harness.preflight import check_eval
 
     try:
@@ -77,33 +70,27 @@ def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     except ConfigError:
         discard_unused(Path(run_dir))  # the folder Hydra made for a multirun job, if any
         raise
-    rundir = RunDirectory(run_dir)
-    if rundir.is_completed and not cfg.get("overwrite", False):
-        log.info("skipping %s: already completed (overwrite=true to evaluate it again)", run_dir)
-        return rundir.status().get("summary")
     resolve_env_defaults(cfg, env)
-    (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    started = time.time()
-    rundir.write_status(RUNNING, exp_name=str(cfg.exp_name), seed=int(cfg.seed),
-                        choices={"env": spec.name, "controller": name},
-                        command=" ".join(sys.argv), error=None, traceback=None)
-    try:
+    rundir = RunDirectory(run_dir)
+    record = JobRecord(exp_name=str(cfg.exp_name), seed=int(cfg.seed),
+                       choices={"env": spec.name, "controller": name},
+                       config=OmegaConf.to_yaml(cfg, resolve=True),
+                       overwrite=bool(cfg.get("overwrite", False)), verb="evaluate")
+
+    def evaluate(tracker) -> Outcome:
         evaluator = Evaluator(spec, test_sets, params)
         frame = evaluator.evaluate(spec.controllers[name](params), progress=1.0, env_steps=0)
         rundir.write_table(EVAL_TABLE, frame)
         rundir.write_json(SCORE_FILE, score_description(spec, params, evaluator,
                                                         Path(cfg.paths.cache)))
-    except BaseException as err:
-        rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
-                            traceback=traceback.format_exc())
-        raise
-    summary = eval_scores(frame)
-    rundir.write_status(COMPLETED, elapsed_s=round(time.time() - started, 3), summary=summary)
-    for test_set in evaluator.test_sets:
-        log.info("%s %s: %.4f %s", name, test_set, summary[f"eval/{test_set}/score"],
-                 spec.score.unit)
-    log.info("results: %s (status.json, eval.parquet, score.json)", run_dir)
-    return summary
+        summary = eval_scores(frame)
+        for test_set in evaluator.test_sets:
+            log.info("%s %s: %.4f %s", name, test_set, summary[f"eval/{test_set}/score"],
+                     spec.score.unit)
+        log.info("results: %s (status.json, eval.parquet, score.json)", run_dir)
+        return Outcome(summary)
+
+    return run_lifecycle(rundir, record, evaluate)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from plume import __version__
-from plume.harness.errors import ConfigError, os_error, write_failed
-from plume.harness.rundir import CHECKPOINT, RESOLVED_CONFIG, CorruptCheckpoint, RunDirectory
+from plume.harness.errors import ConfigError
+from plume.runs.errors import os_error, write_failed
+from plume.runs.record import CHECKPOINT, RESOLVED_CONFIG, run_state
+from plume.runs.store import CorruptCheckpoint, RunDirectory
 
 log = logging.getLogger("plume")
 
@@ -35,10 +37,9 @@ MAX_RECORDED_STEPS = 200_000
 """Observations kept for the parity check; longer test sets are subsampled evenly."""
 
 
-def _source(run_dir: Path, rundir: RunDirectory, traces: dict[str, Any]) -> dict[str, Any]:
+def _source(run_dir: Path, traces: dict[str, Any]) -> dict[str, Any]:
     config = (run_dir / RESOLVED_CONFIG).read_bytes()
-    status = rundir.status() or {}
-    return {"run_dir": str(run_dir.resolve()), "status": status.get("state"),
+    return {"run_dir": str(run_dir.resolve()), "status": run_state(run_dir),
             "config_sha256": hashlib.sha256(config).hexdigest(),
             "trace_data": {name: t.content_hash for name, t in traces.items()},
             "plume_version": __version__, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -85,14 +86,14 @@ def _export_learned(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
     agent = ALGORITHMS[job.algo_name](probe, job.algo, seed=0,
                                       total_env_steps=job.train.total_steps)
     agent.load_state_dict(checkpoint["agent"])
-    state = (rundir.status() or {}).get("state")
+    state = run_state(rundir.path)
     if state != "completed":
         log.warning("the run is %s: exporting its last checkpoint (%s env steps)", state,
                     f"{int(checkpoint.get('env_steps', 0)):,}")
     observations = record_observations(job.env_spec, job.env_params, inputs.test_sets,
                                        lambda obs: agent.act(obs, deterministic=True))
     traces = {"train": inputs.train_traces, **inputs.test_sets}
-    source = {**_source(rundir.path, rundir, traces),
+    source = {**_source(rundir.path, traces),
               "env_steps": int(checkpoint.get("env_steps", 0)), "seed": job.seed,
               "fingerprint": checkpoint["fingerprint"]}
     policy = {"algorithm": job.algo_name, "network": getattr(job.algo, "network", None)}
@@ -122,7 +123,7 @@ def _export_rule(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
 
     _, spec, params, name, test_sets = check_eval(cfg)
     write_contract(folder, contract_for(spec, params, {"kind": "rule", "controller": name},
-                                        _source(rundir.path, rundir, test_sets)))
+                                        _source(rundir.path, test_sets)))
     return {"kind": "rule", "controller": name}
 
 

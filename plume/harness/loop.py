@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from plume.harness import snapshot
 from plume.harness.evaluation import Evaluator, eval_scores
 from plume.harness.monitor import TrainingMonitor
 from plume.harness.progress import Progress
-from plume.harness.rundir import EVAL_TABLE, SAMPLER_TABLE, RunDirectory
 from plume.harness.sampler_session import SamplerSession
+from plume.runs import snapshot
+from plume.runs.record import EVAL_TABLE, SAMPLER_TABLE
+from plume.runs.store import RunDirectory
 from plume.traces import TraceSet
 
 __all__ = ["Schedule", "TrainingLoop"]
@@ -139,7 +140,6 @@ class TrainingLoop:
         self.checkpoint(progress, env_steps)
         self.progress.evaluated(env_steps, {k.split("/")[1]: v for k, v in scores.items()
                                             if k.count("/") == 2 and k.endswith("/score")})
-        self.rundir.heartbeat()
 
     def live(self) -> dict[str, Any]:
         """The objects an exact resume restores, as they are now."""
@@ -164,8 +164,7 @@ class TrainingLoop:
     def after_step(self, env_steps: int) -> None:
         """After every training step: note sampler recomputes, print progress when due."""
         self.session.after_step(env_steps)
-        if self.progress.training(env_steps, self.monitor.last_return):
-            self.rundir.heartbeat()
+        self.progress.training(env_steps, self.monitor.last_return)
 
     def log_records(self, records: list[dict[str, Any]]) -> None:
         """The updates of one ``learn`` call: train.jsonl and the tracker, each update with the

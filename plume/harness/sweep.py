@@ -23,7 +23,8 @@ from typing import Any, NoReturn
 
 from hydra.types import RunMode
 
-from plume.harness.errors import ConfigError, JobRefused, WriteFailed
+from plume.harness.errors import ConfigError, JobRefused
+from plume.runs.errors import WriteFailed
 
 REFUSED_EXIT, FAILED_EXIT = 2, 1
 _LAST: dict[str, int] = {}

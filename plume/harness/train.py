@@ -4,19 +4,16 @@
     plume-train -m sampler=uniform seed=0,1,2          # a sweep; re-running skips finished jobs
 
 The job validates its whole config first, then writes the run directory of docs/ARCHITECTURE.md
-(``plume.harness.rundir``), evaluates greedily on every test set at ``train.eval_points`` evenly
+(``plume.runs.store``), evaluates greedily on every test set at ``train.eval_points`` evenly
 spaced points, and logs to W&B (offline by default) when ``logger=wandb``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import platform
-import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -28,30 +25,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from plume import __version__
 from plume.agents.base import NonFiniteTraining
-from plume.harness import snapshot, sweep
+from plume.harness import sweep
 from plume.harness.anchors import SCORE_FILE, controller_trace_scores, score_description
 from plume.harness.configdir import CONF_DIR
 from plume.harness.datasets import VALIDATION, make_env
-from plume.harness.errors import WriteFailed
 from plume.harness.evaluation import Evaluator
 from plume.harness.loop import Schedule, TrainingLoop
 from plume.harness.monitor import TrainingMonitor
 from plume.harness.preflight import JobInputs, check_train
 from plume.harness.progress import Progress, format_clock  # noqa: F401 (format_clock: public here too)
-from plume.harness.rundir import (
-    COMPLETED,
-    EVAL_TABLE,
-    FAILED,
-    PAUSED,
-    RESOLVED_CONFIG,
-    RUNNING,
-    SAMPLER_TABLE,
-    CorruptCheckpoint,
-    RunDirectory,
-    RunDirectoryLocked,
-    discard_unused,
-    effective_state,
-)
 from plume.harness.sampler_session import SamplerSession
 from plume.harness.samplers import run_analysis
 from plume.harness.schema import (
@@ -63,6 +45,11 @@ from plume.harness.schema import (
 )
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
+from plume.runs import snapshot
+from plume.runs.errors import WriteFailed
+from plume.runs.lifecycle import JobRecord, Outcome, run_lifecycle
+from plume.runs.record import COMPLETED, EVAL_TABLE, RUNNING, SAMPLER_TABLE, Broken, RunStatus
+from plume.runs.store import CorruptCheckpoint, RunDirectory, RunDirectoryLocked, discard_unused
 
 log = logging.getLogger("plume")
 
@@ -105,98 +92,70 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
     A rejected config leaves no trace: the directory Hydra just made is removed and an
     existing one (a completed job typed again with a bad value) is not touched; Hydra's
     record (``hydra_record``: file name -> text, for ``.hydra/``) is written only after
-    validation. One process at a time works in a run directory (RunDirectoryLocked
-    otherwise)."""
+    validation. The rest is the run layer's job lifecycle (``plume.runs.lifecycle``): one
+    process at a time (RunDirectoryLocked otherwise), a completed job skipped."""
     try:
         inputs = check_train(cfg)  # config, data, env package: before anything is written
     except ConfigError:
         discard_unused(Path(run_dir))  # the folder Hydra made for a multirun job, if any
         raise
-    rundir = RunDirectory(run_dir)
-    with rundir.lock():
-        if hydra_record:
-            rundir.write_hydra_record(hydra_record)
-        if rundir.is_completed and not inputs.job.overwrite:
-            log.info("skipping %s: already completed (overwrite=true to train it again)",
-                     run_dir)
-            return rundir.status().get("summary")
-        return _run_locked(cfg, inputs, rundir, choices or {})
-
-
-def _run_locked(cfg: DictConfig, inputs: JobInputs, rundir: RunDirectory,
-                choices: dict[str, str]) -> dict[str, Any]:
     job = inputs.job
     resolve_env_defaults(cfg, job.env)
     resolve_algo_default(cfg, job)
     resolve_sampler_defaults(cfg, job)
+    choices = dict(choices or {})
     if job.algo_default is not None and "algo" in choices:  # Hydra's choice was "auto"
-        choices = {**choices, "algo": job.algo_default.preset}
-    fingerprint = config_fingerprint(cfg)
-    stale = rundir.remove_stale_temporaries()
-    if stale:
-        log.info("removed %d temporary file(s) a killed process left: %s", len(stale),
-                 ", ".join(stale))
-    previous = rundir.status()
-    if previous is None and rundir.status_damaged:
-        log.warning("%s: status.json is not a Plume status; the job starts afresh", rundir.path)
-    resume = None if job.overwrite else _resumable(rundir, fingerprint)
-    rundir.write_text(RESOLVED_CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
-    resumes = list((previous or {}).get("resumes", [])) if resume is not None else []
-    if resume is None:
-        rundir.reset_train_log()
-    else:
-        log.info("resuming %s from its checkpoint at %s env steps", rundir.path,
+        choices["algo"] = job.algo_default.preset
+    rundir = RunDirectory(run_dir)
+    training = TrainingRun(inputs, rundir, config_fingerprint(cfg))
+    record = JobRecord(exp_name=job.exp_name, seed=job.seed, choices=choices,
+                       config=OmegaConf.to_yaml(cfg, resolve=True), overwrite=job.overwrite,
+                       hydra=hydra_record or {}, verb="train")
+    return run_lifecycle(rundir, record, training.body, start=training.start,
+                         tracker=lambda: _make_tracker(job, cfg, rundir.path, choices))
+
+
+class TrainingRun:
+    """plume-train's part of the lifecycle: whether to resume (decided under the lock, before
+    ``running`` is written) and the training itself."""
+
+    def __init__(self, inputs: JobInputs, rundir: RunDirectory, fingerprint: str) -> None:
+        self.inputs, self.rundir, self.fingerprint = inputs, rundir, fingerprint
+        self.resume: dict[str, Any] | None = None
+
+    def start(self, previous: RunStatus | Broken | None) -> dict[str, Any]:
+        """The running record's ``versions`` and ``resumes``; the checkpoint to resume from:
+        an unfinished job's (a status that is not even a JSON object starts afresh)."""
+        unfinished = previous is not None and previous.state != COMPLETED and not (
+            isinstance(previous, Broken) and not previous.is_object)
+        resume = None if self.inputs.job.overwrite or not unfinished else _resumable(
+            self.rundir, self.fingerprint)
+        self.resume = resume
+        if resume is None:
+            self.rundir.reset_train_log()
+            return {"versions": _versions(), "resumes": []}
+        log.info("resuming %s from its checkpoint at %s env steps", self.rundir.path,
                  f"{resume['env_steps']:,}")
-        resumes.append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        "from_env_steps": int(resume["env_steps"]),
-                        "previous_state": effective_state(previous)})
-    started = time.time()
-    rundir.write_status(
-        RUNNING, started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), error=None, traceback=None,
-        host=socket.gethostname(), pid=os.getpid(), heartbeat=round(started, 3),
-        versions=_versions(), exp_name=job.exp_name, seed=job.seed, choices=choices,
-        command=" ".join(sys.argv), resumes=resumes,
-    )
-    tracker: NullTracker | WandbTracker = NullTracker()
-    exit_code = 1
-    try:
-        tracker = _make_tracker(job, cfg, rundir.path, choices)
-        summary = _train(inputs, rundir, tracker, fingerprint, resume)
-        exit_code = 0
-    except BaseException as err:
-        _record_failure(rundir, err, started)
-        raise
-    finally:
-        tracker.finish(exit_code)
-    paused = summary.get("paused_at") is not None
-    rundir.write_status(PAUSED if paused else COMPLETED,
-                        finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        elapsed_s=round(time.time() - started, 3), wandb_run=tracker.location,
-                        summary=summary)
-    if paused:
-        log.info("paused at progress %g (train.stop_at=%g): the same command with a larger "
-                 "train.stop_at resumes it from its checkpoint", summary["paused_at"],
-                 job.train.stop_at)
-    log.info("results: %s (status.json, train.jsonl, eval.parquet, sampler.parquet, "
-             "checkpoint.pt)", rundir.path)
-    if tracker.location:
-        log.info("W&B offline run: %s  (upload: wandb sync %s)", tracker.location,
-                 tracker.location)
-    return summary
+        earlier = previous.resumes if isinstance(previous, RunStatus) else []
+        resumes = [*earlier, {"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                              "from_env_steps": int(resume["env_steps"]),
+                              "previous_state": previous.effective_state()}]
+        return {"versions": _versions(), "resumes": resumes, "checkpoint_refused": None}
 
-
-def _record_failure(rundir: RunDirectory, err: BaseException, started: float) -> None:
-    """``failed`` and why in status.json. A disk too full for that small file too leaves it as
-    it was (``running``: read as interrupted once the process is gone) and a WriteFailed says
-    so in its one line."""
-    try:
-        rundir.write_status(FAILED, error=f"{type(err).__name__}: {err}",
-                            traceback=traceback.format_exc(),
-                            elapsed_s=round(time.time() - started, 3))
-    except WriteFailed:
-        if isinstance(err, WriteFailed):
-            also = f"{err} (status.json could not be updated either: it still says running)"
-            err.args = (also,)
+    def body(self, tracker) -> Outcome:
+        job = self.inputs.job
+        summary = _train(self.inputs, self.rundir, tracker, self.fingerprint, self.resume)
+        paused = summary.get("paused_at") is not None
+        if paused:
+            log.info("paused at progress %g (train.stop_at=%g): the same command with a larger "
+                     "train.stop_at resumes it from its checkpoint", summary["paused_at"],
+                     job.train.stop_at)
+        log.info("results: %s (status.json, train.jsonl, eval.parquet, sampler.parquet, "
+                 "checkpoint.pt)", self.rundir.path)
+        if tracker.location:
+            log.info("W&B offline run: %s  (upload: wandb sync %s)", tracker.location,
+                     tracker.location)
+        return Outcome(summary, paused=paused)
 
 
 def _train(
@@ -210,8 +169,8 @@ def _train(
         except snapshot.StateRefused as err:
             log.warning("not resuming: %s: %s; training from the start", rundir.path, err)
             rundir.reset_train_log()
-            resumes = (rundir.status() or {}).get("resumes", [])[:-1]
-            rundir.write_status(RUNNING, resumes=resumes, checkpoint_refused=str(err))
+            rundir.write_status(RUNNING, resumes=rundir.status().resumes[:-1],
+                                checkpoint_refused=str(err))
             loop, _ = build_loop(inputs, rundir, tracker, fingerprint)
     return loop.run()
 
@@ -343,13 +302,12 @@ def config_fingerprint(cfg: DictConfig) -> str:
 
 
 def _resumable(rundir: RunDirectory, fingerprint: str) -> dict[str, Any] | None:
-    """The checkpoint of an interrupted or failed run of the same job, if there is one.
+    """The checkpoint of an unfinished run of the same job, if there is one.
 
     A resumed job keeps its evaluations and training curve up to the checkpoint and continues
     the agent, sampler and simulator-noise streams from it; episodes that were in flight
     when it stopped are started afresh."""
-    status = rundir.status()
-    if status is None or status.get("state") == COMPLETED or not rundir.has_checkpoint:
+    if not rundir.has_checkpoint:
         return None
     try:
         checkpoint = rundir.load_checkpoint()

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from plume.harness.datasets import VALIDATION
 from plume.harness.errors import ConfigError
 from plume.harness.preflight import JobInputs, check_train
-from plume.run_record import EVAL_TABLE
+from plume.runs.record import EVAL_TABLE
 
 SPACE_KEY = "hydra.sweeper.params"
 PARAM_TYPES = ("float", "int", "categorical")

@@ -57,7 +57,8 @@ def _read_one(run_dir: Path) -> tuple[list[dict], list[dict]]:
             **{column: lateness.get(column.removeprefix("link_")) for column in LINK_COLUMNS}}
     try:
         if files.state != COMPLETED:
-            raise ValueError(f"state {files.state}: {files.problem or files.status.get('error')}")
+            why = files.problem or files.status.get("error")
+            raise ValueError(f"state {files.state}" + (f": {why}" if why else ""))
         frame = pd.read_parquet(run_dir / EVAL)
         metrics = [m for m in METRICS.get(head["env"], ()) if m in frame.columns]
         if set(frame["mode"]) != {"emulation", "simulation"} or not metrics:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from plume.report.comparisons import METRICS
 from plume.figures import save_figure
+from plume.report.comparisons import METRICS
 from plume.report.inference import MIN_RUNS
 from plume.report.stats import Analysis
 

@@ -19,11 +19,8 @@ goes on with the other runs.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
-import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,38 +29,42 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from plume.run_record import (
+from plume.runs.fields import (
+    LARGEST,
+    NAME_LIMIT,
+    SEED_RANGE,
+    RunFileError,
+    as_mapping,
+    as_name,
+    as_real,
+    as_text,
+    as_whole,
+    first_line,
+    kind_of,
+    load_json,
+    load_yaml,
+    present,
+    regular_file,
+    shown,
+)
+from plume.runs.record import (
     COMPLETED,
     EXPORTS,
     HYDRA_CONFIG,
     LINK_LATENESS,
     RUNNING,
-    STATES,
     STATUS,
-    effective_state,
+    RunStatus,
+    read_status,
 )
-from plume.run_record import EVAL_TABLE as EVAL
-from plume.run_record import RESOLVED_CONFIG as CONFIG
-from plume.run_record import SCORE_FILE as SCORE
+from plume.runs.record import EVAL_TABLE as EVAL
+from plume.runs.record import RESOLVED_CONFIG as CONFIG
+from plume.runs.record import SCORE_FILE as SCORE
 
 BROKEN = "broken"
 CONTROLLER = "controller"
 """The ``algo`` of a classic controller's run; its ``sampler`` column holds the controller."""
 
-#: Largest size (bytes) of a JSON or YAML run file: real ones are kilobytes (a status with a
-#: long traceback, a few hundred); beyond this the file is taken as corrupt, not parsed.
-TEXT_LIMIT = 16 * 2**20
-#: Largest magnitude of a number read from a run (score, duration, step count): no real run
-#: comes near, and tables print numbers in fixed notation.
-LARGEST = 1e15
-#: Seeds are stored as 64-bit integers; process ids are what ``os.kill`` accepts.
-SEED_RANGE = (-(2**63), 2**63 - 1)
-PID_RANGE = (1, 2**31 - 1)
-#: A name (environment, dataset, algorithm, sampler, experiment, test set, kind) is one line
-#: of at most NAME_LIMIT characters without these: names are printed in report sentences and
-#: figure labels, where they could open code spans, HTML, links, table cells or mathtext.
-NAME_LIMIT = 200
-NAME_FORBIDS = "`<>[]|\\$"
 CHOICES = ("env", "algo", "sampler", "analysis", "policy", "link")
 """``status.json`` choices the report reads (``policy`` and ``link``: plume-emulate's)."""
 SIMULATION, EMULATION = "simulation", "emulation"
@@ -90,11 +91,6 @@ SCORE_COLUMNS = [
 
 class RunScanError(ValueError):
     """The paths given to the report hold no usable run directory."""
-
-
-class RunFileError(ValueError):
-    """A file of one run directory is unreadable or malformed. The message is one line that
-    starts with the file's name and says what is wrong; the run is listed as broken."""
 
 
 @dataclass
@@ -254,16 +250,20 @@ def read_run(run_dir: str | Path) -> RunFiles:
     run_dir = Path(run_dir)
     files = RunFiles()
     problems: list[str] = []
-    readers = (("status", lambda: _check_status(_load_json(run_dir / STATUS, STATUS))),
-               ("config", lambda: _read_config(run_dir)),
-               ("score", lambda: _read_score(run_dir)))
-    for attribute, read in readers:
+    record = read_status(run_dir)
+    if isinstance(record, RunStatus):
+        files.status = _status_fields(record)
+    else:
+        problems.append(f"{STATUS}: cannot be read (missing)" if record is None
+                        else record.reason)
+    for attribute, read in (("config", lambda: _read_config(run_dir)),
+                            ("score", lambda: _read_score(run_dir))):
         try:
             setattr(files, attribute, read())
         except RunFileError as err:
             problems.append(str(err))
     if not problems:
-        files.state = effective_state(files.status)  # safe: the fields it reads are checked
+        files.state = record.effective_state()
         if files.state == COMPLETED:
             try:
                 files.eval = _read_completed_eval(run_dir, files)
@@ -280,29 +280,29 @@ def _read_exports(run_dir: Path) -> list[dict[str, Any]]:
     if not os.path.lexists(run_dir / EXPORTS):
         return []
     try:
-        entries = _mapping(_load_json(run_dir / EXPORTS, EXPORTS), EXPORTS).get("exports")
+        entries = as_mapping(load_json(run_dir / EXPORTS, EXPORTS), EXPORTS).get("exports")
         if not isinstance(entries, list):
             raise RunFileError(f"{EXPORTS}: 'exports' is not a list")
-        return [_check_export(_mapping(e, f"{EXPORTS}: an entry")) for e in entries]
+        return [_check_export(as_mapping(e, f"{EXPORTS}: an entry")) for e in entries]
     except RunFileError as err:
         return [{"problem": str(err)}]
 
 
 def _check_export(entry: dict[str, Any]) -> dict[str, Any]:
     at = f"{EXPORTS}: "
-    parity = _mapping(entry.get("parity") or {}, f"{at}parity")
-    formats = _mapping(parity.get("formats") or {}, f"{at}parity.formats")
+    parity = as_mapping(entry.get("parity") or {}, f"{at}parity")
+    formats = as_mapping(parity.get("formats") or {}, f"{at}parity.formats")
     checked = {
-        "path": _text(entry.get("path"), f"{at}path"),
-        "kind": _name(entry.get("kind"), f"{at}kind"),
-        "policy": _name(entry.get("algorithm") or entry.get("controller"), f"{at}policy"),
-        "created": _text(entry.get("created"), f"{at}created", limit=NAME_LIMIT),
-        "parity_steps": _whole(parity.get("steps"), f"{at}parity.steps", (0, 2**62)),
-        "ties": _whole(parity.get("ties"), f"{at}parity.ties", (0, 2**62)),
+        "path": as_text(entry.get("path"), f"{at}path"),
+        "kind": as_name(entry.get("kind"), f"{at}kind"),
+        "policy": as_name(entry.get("algorithm") or entry.get("controller"), f"{at}policy"),
+        "created": as_text(entry.get("created"), f"{at}created", limit=NAME_LIMIT),
+        "parity_steps": as_whole(parity.get("steps"), f"{at}parity.steps", (0, 2**62)),
+        "ties": as_whole(parity.get("ties"), f"{at}parity.ties", (0, 2**62)),
     }
     for name in ("torchscript", "onnx"):
-        diff = _mapping(formats.get(name) or {}, f"{at}parity.formats.{name}")
-        checked[f"max_diff_{name}"] = _real(diff.get("max_abs_diff"),
+        diff = as_mapping(formats.get(name) or {}, f"{at}parity.formats.{name}")
+        checked[f"max_diff_{name}"] = as_real(diff.get("max_abs_diff"),
                                             f"{at}parity.formats.{name}.max_abs_diff", low=0.0)
     return checked
 
@@ -322,14 +322,14 @@ def _read_config(run_dir: Path) -> dict[str, Any]:
     it; {} when neither exists."""
     for name in (CONFIG, HYDRA_CONFIG):
         if os.path.lexists(run_dir / name):
-            return _check_config(_load_yaml(run_dir / name, name), name)
+            return _check_config(load_yaml(run_dir / name, name), name)
     return {}
 
 
 def _read_score(run_dir: Path) -> dict[str, Any]:
     if not os.path.lexists(run_dir / SCORE):
         return {}
-    return _check_score(_load_json(run_dir / SCORE, SCORE))
+    return _check_score(load_json(run_dir / SCORE, SCORE))
 
 
 def _read_completed_eval(run_dir: Path, files: RunFiles) -> pd.DataFrame:
@@ -351,172 +351,62 @@ def _read_completed_eval(run_dir: Path, files: RunFiles) -> pd.DataFrame:
 # --------------------------------------------------------------------------- files
 
 
-def _regular_file(path: Path, name: str, limit: int | None = None) -> None:
-    """RunFileError unless ``path`` is a regular file (not a directory, pipe or device, no
-    dangling or looping link) of at most ``limit`` bytes."""
-    try:
-        info = path.stat()
-    except OSError as err:
-        raise RunFileError(f"{name}: cannot be read ({_os_reason(err)})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise RunFileError(f"{name}: is a directory, not a file")
-    if not stat.S_ISREG(info.st_mode):
-        raise RunFileError(f"{name}: is not a regular file")
-    if limit is not None and info.st_size > limit:
-        raise RunFileError(f"{name}: too large ({info.st_size} bytes; at most {limit})")
-
-
-def _read_text(path: Path, name: str) -> str:
-    """The UTF-8 text of a small regular file that is not blank."""
-    _regular_file(path, name, TEXT_LIMIT)
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        raise RunFileError(f"{name}: cannot be read ({_os_reason(err)})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise RunFileError(f"{name}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
-                           f"{err.start})") from None
-    if not text.strip():
-        raise RunFileError(f"{name}: empty file")
-    return text
-
-
-def _load_json(path: Path, name: str) -> Any:
-    text = _read_text(path, name)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise RunFileError(f"{name}: not valid JSON ({err.msg}: line {err.lineno}, column "
-                           f"{err.colno})") from None
-    except RecursionError:
-        raise RunFileError(f"{name}: nested too deeply to parse") from None
-    except ValueError as err:  # e.g. an integer with more digits than Python converts
-        raise RunFileError(f"{name}: not valid JSON ({_first_line(err)})") from None
-
-
-def _load_yaml(path: Path, name: str) -> Any:
-    import yaml
-
-    text = _read_text(path, name)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise RunFileError(f"{name}: not valid YAML ({problem}{at})") from None
-    except RecursionError:
-        raise RunFileError(f"{name}: nested too deeply to parse") from None
-    except (ValueError, OverflowError) as err:  # a tagged value YAML cannot build (a date)
-        raise RunFileError(f"{name}: holds a value YAML cannot build ({_first_line(err)})"
-                           ) from None
-
-
-def _os_reason(err: OSError) -> str:
-    return err.strerror or type(err).__name__
-
-
-def _first_line(err: BaseException, limit: int = 100) -> str:
-    """'ArrowInvalid: Parquet magic bytes not found in footer': the error's type and first
-    sentence, on one line, for a reason that stays short."""
-    detail = " ".join(str(err).split()).split(". ")[0].rstrip(".")
-    text = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 # --------------------------------------------------------------------------- fields
 
 
-def _check_status(status: Any) -> dict[str, Any]:
-    """The fields of ``status.json`` the report uses, checked. ``pid``, ``host`` and
-    ``heartbeat`` are read (by ``effective_state``) only for a running job."""
-    if not isinstance(status, dict):
-        raise RunFileError(f"{STATUS}: holds {_kind(status)}, not a JSON object")
-    at = f"{STATUS}: "
-    state = status.get("state")
-    if state is None:
-        raise RunFileError(f"{at}no state")
-    if state not in STATES:
-        raise RunFileError(f"{at}unknown state {_show(state)} (expected "
-                           f"{', '.join(STATES[:-1])} or {STATES[-1]})")
-    choices = _mapping(status.get("choices"), f"{at}choices")
-    checked = {
-        "state": state,
-        "error": _text(status.get("error"), f"{at}error"),
-        "elapsed_s": _real(status.get("elapsed_s"), f"{at}elapsed_s", low=0.0),
-        "exp_name": _name(status.get("exp_name"), f"{at}exp_name"),
-        "seed": _whole(status.get("seed"), f"{at}seed", SEED_RANGE),
-        "choices": {key: _name(choices.get(key), f"{at}choices.{key}") for key in CHOICES},
-    }
-    if status.get(LINK_LATENESS) is not None:
-        checked[LINK_LATENESS] = _check_lateness(status[LINK_LATENESS], f"{at}{LINK_LATENESS}")
-    if state == RUNNING:
-        checked["host"] = _text(status.get("host"), f"{at}host", limit=NAME_LIMIT)
-        checked["pid"] = _whole(status.get("pid"), f"{at}pid", PID_RANGE, "a process id")
-        checked["heartbeat"] = _real(status.get("heartbeat"), f"{at}heartbeat")
-    return checked
-
-
-def _check_lateness(value: Any, where: str) -> dict[str, Any]:
-    """An emulation run's ``link_lateness`` (``run_record.LINK_LATENESS``), checked: the
-    numbers the report shows, the verdict (true, false or null) and how many traces' links
-    fell behind or reported nothing."""
-    record = _mapping(value, where)
-    verdict = record.get("within_tolerance")
-    if verdict is not None and not isinstance(verdict, bool):
-        raise RunFileError(f"{where}.within_tolerance is {_kind(verdict)} ({_show(verdict)}), "
-                           "not true, false or null")
-    checked = {key: _real(record.get(key), f"{where}.{key}", low=0.0)
-               for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "tolerance_ms")}
-    fraction = _real(record.get("late_fraction"), f"{where}.late_fraction", low=0.0)
-    if fraction is not None and fraction > 1.0:
-        raise RunFileError(f"{where}.late_fraction {_show(fraction)} is above 1")
-    counts = {}
-    for key in ("late_traces", "unmeasured_traces"):
-        traces = record.get(key) or []
-        if not isinstance(traces, list):
-            raise RunFileError(f"{where}.{key} is {_kind(traces)}, not a list of trace ids")
-        counts[f"n_{key}"] = len(traces)
-    return {**checked, "count": _whole(record.get("count"), f"{where}.count", (0, 2**62)),
-            "late_fraction": fraction, "within_tolerance": verdict, **counts}
+def _status_fields(record: RunStatus) -> dict[str, Any]:
+    """The fields of the status record the report shows (choices: the CHOICES it reads; an
+    emulation's lateness with its trace lists counted)."""
+    fields = {"state": record.state, "error": record.error, "elapsed_s": record.elapsed_s,
+              "exp_name": record.exp_name, "seed": record.seed,
+              "choices": {key: record.choices.get(key) for key in CHOICES}}
+    if record.link_lateness is not None:
+        lateness = record.link_lateness
+        fields[LINK_LATENESS] = {
+            **{key: lateness.get(key) for key in ("p50_ms", "p90_ms", "p99_ms", "max_ms",
+                                                   "tolerance_ms", "count", "late_fraction",
+                                                   "within_tolerance")},
+            **{f"n_{key}": len(lateness.get(key) or []) for key in ("late_traces",
+                                                                    "unmeasured_traces")}}
+    if record.state == RUNNING:
+        fields.update(host=record.host, pid=record.pid, heartbeat=record.heartbeat)
+    return fields
 
 
 def _check_config(config: Any, name: str) -> dict[str, Any]:
     """The fields of a resolved config the report uses, checked and flattened."""
     if not isinstance(config, dict):
-        raise RunFileError(f"{name}: holds {_kind(config)}, not a YAML mapping")
+        raise RunFileError(f"{name}: holds {kind_of(config)}, not a YAML mapping")
     at = f"{name}: "
-    env = _mapping(config.get("env"), f"{at}env")
-    train = _mapping(config.get("train"), f"{at}train")
+    env = as_mapping(config.get("env"), f"{at}env")
+    train = as_mapping(config.get("train"), f"{at}train")
     test_sets = env.get("test_sets")
     if test_sets is not None and not (
             isinstance(test_sets, list)
             and all(isinstance(t, str) and t.strip() and t.isprintable() for t in test_sets)):
-        raise RunFileError(f"{at}env.test_sets is {_kind(test_sets)} ({_show(test_sets)}), "
+        raise RunFileError(f"{at}env.test_sets is {kind_of(test_sets)} ({shown(test_sets)}), "
                            "not a list of test set names")
     steps = (0, SEED_RANGE[1])
     return {
-        "exp_name": _name(config.get("exp_name"), f"{at}exp_name"),
-        "seed": _whole(config.get("seed"), f"{at}seed", SEED_RANGE),
-        "env": _name(env.get("name"), f"{at}env.name"),
-        "dataset": _name(env.get("dataset"), f"{at}env.dataset"),
+        "exp_name": as_name(config.get("exp_name"), f"{at}exp_name"),
+        "seed": as_whole(config.get("seed"), f"{at}seed", SEED_RANGE),
+        "env": as_name(env.get("name"), f"{at}env.name"),
+        "dataset": as_name(env.get("dataset"), f"{at}env.dataset"),
         "test_sets": test_sets,
-        "algo": _name(_mapping(config.get("algo"), f"{at}algo").get("name"), f"{at}algo.name"),
-        "sampler": _name(_mapping(config.get("sampler"), f"{at}sampler").get("name"),
+        "algo": as_name(as_mapping(config.get("algo"), f"{at}algo").get("name"), f"{at}algo.name"),
+        "sampler": as_name(as_mapping(config.get("sampler"), f"{at}sampler").get("name"),
                          f"{at}sampler.name"),
-        "controller": _name(config.get("controller"), f"{at}controller"),
+        "controller": as_name(config.get("controller"), f"{at}controller"),
         "is_controller": "controller" in config,
         "mode": _mode(config.get("mode", SIMULATION), f"{at}mode"),
-        "total_steps": _whole(train.get("total_steps"), f"{at}train.total_steps", steps),
-        "eval_points": _whole(train.get("eval_points"), f"{at}train.eval_points", steps),
+        "total_steps": as_whole(train.get("total_steps"), f"{at}train.total_steps", steps),
+        "eval_points": as_whole(train.get("eval_points"), f"{at}train.eval_points", steps),
     }
 
 
 def _mode(value: Any, where: str) -> str:
     if value not in (SIMULATION, EMULATION):
-        raise RunFileError(f"{where} is {_show(value)}, not {SIMULATION!r} or {EMULATION!r}")
+        raise RunFileError(f"{where} is {shown(value)}, not {SIMULATION!r} or {EMULATION!r}")
     return value
 
 
@@ -524,108 +414,25 @@ def _check_score(score: Any) -> dict[str, Any]:
     """The fields of ``score.json`` the report uses, checked; absent ones are left out (as
     in a run that predates them)."""
     if not isinstance(score, dict):
-        raise RunFileError(f"{SCORE}: holds {_kind(score)}, not a JSON object")
+        raise RunFileError(f"{SCORE}: holds {kind_of(score)}, not a JSON object")
     at = f"{SCORE}: "
-    spec = _mapping(score.get("score"), f"{at}score")
-    norm = _mapping(score.get("normalisation"), f"{at}normalisation")
+    spec = as_mapping(score.get("score"), f"{at}score")
+    norm = as_mapping(score.get("normalisation"), f"{at}normalisation")
     anchors = {}
-    for test_set, pair in _mapping(norm.get("test_sets"), f"{at}normalisation.test_sets").items():
-        where = f"{at}normalisation.test_sets.{_show(test_set)}"
-        _name(test_set, f"{at}test set")
-        pair = _mapping(pair, where)
-        anchors[test_set] = {key: _real(pair.get(key), f"{where}.{key}", required=True)
+    for test_set, pair in as_mapping(norm.get("test_sets"), f"{at}normalisation.test_sets").items():
+        where = f"{at}normalisation.test_sets.{shown(test_set)}"
+        as_name(test_set, f"{at}test set")
+        pair = as_mapping(pair, where)
+        anchors[test_set] = {key: as_real(pair.get(key), f"{where}.{key}", required=True)
                              for key in ("floor", "ceiling")}
     return {
-        "score": _present(name=_name(spec.get("name"), f"{at}score.name"),
-                          unit=_text(spec.get("unit"), f"{at}score.unit", limit=NAME_LIMIT)),
-        "normalisation": _present(
-            description=_text(norm.get("description"), f"{at}normalisation.description",
+        "score": present(name=as_name(spec.get("name"), f"{at}score.name"),
+                          unit=as_text(spec.get("unit"), f"{at}score.unit", limit=NAME_LIMIT)),
+        "normalisation": present(
+            description=as_text(norm.get("description"), f"{at}normalisation.description",
                               limit=10_000),
             test_sets=anchors),
     }
-
-
-def _mapping(value: Any, where: str) -> dict[Any, Any]:
-    """``value`` when it is a mapping, {} when absent (null)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise RunFileError(f"{where} is {_kind(value)}, not a mapping")
-    return value
-
-
-def _name(value: Any, where: str) -> str | None:
-    """A name (see NAME_FORBIDS), or None when absent."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise RunFileError(f"{where} is {_kind(value)} ({_show(value)}), not a name")
-    if (not value.strip() or value != value.strip() or len(value) > NAME_LIMIT
-            or not value.isprintable() or any(ch in NAME_FORBIDS for ch in value)):
-        raise RunFileError(f"{where} {_show(value)} is not a plain name (one line of at most "
-                           f"{NAME_LIMIT} characters, none of {' '.join(NAME_FORBIDS)})")
-    return value
-
-
-def _text(value: Any, where: str, limit: int | None = None) -> str | None:
-    """Free text (escaped wherever it is printed), or None when absent."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise RunFileError(f"{where} is {_kind(value)} ({_show(value)}), not text")
-    if limit is not None and len(value) > limit:
-        raise RunFileError(f"{where} is too long ({len(value)} characters; at most {limit})")
-    return value
-
-
-def _whole(value: Any, where: str, bounds: tuple[int, int],
-           what: str = "a whole number") -> int | None:
-    """An integer within ``bounds``, or None when absent."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RunFileError(f"{where} is {_kind(value)} ({_show(value)}), not {what}")
-    if not bounds[0] <= value <= bounds[1]:
-        raise RunFileError(f"{where} {_show(value)} is out of range ({bounds[0]} to "
-                           f"{bounds[1]})")
-    return value
-
-
-def _real(value: Any, where: str, *, low: float = -LARGEST, required: bool = False
-          ) -> float | None:
-    """A finite number in [low, LARGEST], or None when absent (unless ``required``)."""
-    if value is None and not required:
-        return None
-    if value is None:
-        raise RunFileError(f"{where} is missing")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RunFileError(f"{where} is {_kind(value)} ({_show(value)}), not a number")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise RunFileError(f"{where} is {value!r}, not a finite number")
-    if not low <= value <= LARGEST:
-        raise RunFileError(f"{where} {_show(value)} is out of range ({low:g} to {LARGEST:g})")
-    return float(value)
-
-
-def _kind(value: Any) -> str:
-    """How a JSON/YAML value is named in a reason: 'a list', 'a string', 'null'."""
-    if value is None:
-        return "null"
-    for types, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"),
-                        (dict, "a mapping"), (list, "a list")):
-        if isinstance(value, types):
-            return name
-    return f"a {type(value).__name__}"
-
-
-def _show(value: Any, limit: int = 40) -> str:
-    """A short, one-line repr of a value for a reason (controls escaped)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _present(**values: Any) -> dict[str, Any]:
-    return {key: value for key, value in values.items() if value is not None}
 
 
 # --------------------------------------------------------------------------- eval.parquet
@@ -637,7 +444,7 @@ def _read_eval(path: Path) -> pd.DataFrame:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    _regular_file(path, EVAL)
+    regular_file(path, EVAL)
     # Parquet decoders raise many types on damaged bytes; each of these means "unreadable".
     errors = (pa.ArrowException, OSError, ValueError, TypeError, KeyError, IndexError,
               NotImplementedError, MemoryError)
@@ -647,7 +454,7 @@ def _read_eval(path: Path) -> pd.DataFrame:
         table = None if missing else pq.read_table(
             path, columns=[c for c in EVAL_COLUMNS if c in available]).to_pandas()
     except errors as err:
-        raise RunFileError(f"{EVAL}: not a readable Parquet file ({_first_line(err)})") from None
+        raise RunFileError(f"{EVAL}: not a readable Parquet file ({first_line(err)})") from None
     if missing:
         raise RunFileError(f"{EVAL}: missing column(s) {missing}")
     if table.empty:
@@ -703,7 +510,7 @@ def _check_names(table: pd.DataFrame, column: str, *, allow_missing: bool) -> No
         raise RunFileError(f"{EVAL}: column {column!r} has missing values")
     for value in pd.unique(values.dropna()):
         if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
-            _name(value, f"{EVAL}: {column}")
+            as_name(value, f"{EVAL}: {column}")
 
 
 # --------------------------------------------------------------------------- scores

@@ -1,6 +1,6 @@
 """Snapshots of live training objects (the batched environment mid-episode, its sampler, the
 learner-signal bookkeeping) for an exact resume, without each environment writing its own
-``state_dict``, and without a pickle: a snapshot is data (``plume.harness.statefile``).
+``state_dict``, and without a pickle: a snapshot is data (``plume.runs.statefile``).
 
 * **Views stay views**: simulators keep state in stacked arrays with named row views and
   ping-pong buffers; a restored view is a view of the restored base.
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from plume.envs.replay import derived_tables
-from plume.harness.statefile import CODE, Encoded, StateRefused, class_name, decode, encode
+from plume.runs.statefile import CODE, Encoded, StateRefused, class_name, decode, encode
 from plume.traces import TraceSet
 
 __all__ = ["StateRefused", "classes_of", "dumps", "loads"]

@@ -1,46 +1,41 @@
-"""The harness's writer of run directories: every job is a self-describing folder whose files
-and states ``plume.run_record`` names (the record the report and the experiments read).
+"""The run store: every job is a self-describing folder whose files
+and states ``plume.runs.record`` names (the record the report and the experiments read).
 
 Every file is written atomically (temporary file + rename, the temporary removed when the
 write fails), so a crash or a reader in another process never sees half a file. Checkpoints
-are data that loading can never execute (``plume.harness.statefile``); a torn or corrupt one
+are data that loading can never execute (``plume.runs.statefile``); a torn or corrupt one
 is detected when loaded (:class:`CorruptCheckpoint`) and never trusted. One process at a time
 works in a run directory (:meth:`RunDirectory.lock`). A write the system refuses (a full disk,
-a file-size limit) is one :class:`~plume.harness.errors.WriteFailed` line naming the file, its
+a file-size limit) is one :class:`~plume.runs.errors.WriteFailed` line naming the file, its
 temporary removed; Hydra's job log file (:class:`RunLogHandler`) says so once and stops.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
-from plume.harness.errors import os_error, write_failed
-from plume.run_record import (  # noqa: F401  (the names harness modules import from here)
+from plume.runs.errors import os_error, write_failed
+from plume.runs.record import (
     CHECKPOINT,
     COMPLETED,
-    EVAL_TABLE,
     EXPORTS,
-    FAILED,
-    HEARTBEAT_STALE_S,
-    INTERRUPTED,
-    PAUSED,
-    RESOLVED_CONFIG,
-    RUNNING,
-    SAMPLER_TABLE,
     STATUS,
     TRAIN_LOG,
-    effective_state,
+    Broken,
+    RunStatus,
     read_status,
 )
 
@@ -121,38 +116,34 @@ class RunDirectory:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._last_beat = time.time()
+        self._status_lock = threading.Lock()  # the lifecycle's heartbeat thread writes too
 
-    def status(self) -> dict[str, Any] | None:
-        """The parsed ``status.json``, or None when the job never started or the file is not a
-        JSON object (damaged: nothing in it can be trusted, see :meth:`status_damaged`)."""
+    def status(self) -> RunStatus | Broken | None:
+        """The checked status record (``plume.runs.record``): None when the job never started,
+        Broken (with its reason) when ``status.json`` is damaged: nothing in it is trusted."""
         return read_status(self.path)
 
     @property
     def status_damaged(self) -> bool:
-        """A ``status.json`` exists but :meth:`status` cannot read it as a Plume status."""
-        return (self.path / STATUS).exists() and self.status() is None
+        """A ``status.json`` exists but is not a Plume status (:class:`Broken`)."""
+        return isinstance(self.status(), Broken)
 
     @property
     def is_completed(self) -> bool:
         status = self.status()
-        return status is not None and status.get("state") == COMPLETED
+        return isinstance(status, RunStatus) and status.state == COMPLETED
 
-    def write_status(self, state: str, **fields: Any) -> dict[str, Any]:
-        """Merge ``fields`` into the status, set its state and time stamp, write it."""
-        status = self.status() or {}
-        status.update(fields, state=state, updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        text = json.dumps(status, indent=2, default=str)
-        _atomic_write(self.path / STATUS, lambda tmp: tmp.write_text(text + "\n"))
+    def write_status(self, state: str, **fields: Any) -> RunStatus:
+        """Set ``fields`` of the status record (a damaged one starts afresh), its state and
+        time stamp, and write it; a field the record does not have is a TypeError."""
+        with self._status_lock:
+            status = self.status()
+            status = status if isinstance(status, RunStatus) else RunStatus(state=state)
+            status = dataclasses.replace(status, **fields, state=state,
+                                         updated_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            text = json.dumps(status.to_json(), indent=2, default=str)
+            _atomic_write(self.path / STATUS, lambda tmp: tmp.write_text(text + "\n"))
         return status
-
-    def heartbeat(self, every_s: float = 30.0) -> None:
-        """Record that the job is alive (read by :func:`effective_state`), at most once per
-        ``every_s`` seconds."""
-        now = time.time()
-        if now - self._last_beat >= every_s:
-            self._last_beat = now
-            self.write_status(RUNNING, heartbeat=round(now, 3))
 
     @contextlib.contextmanager
     def lock(self):
@@ -163,10 +154,12 @@ class RunDirectory:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                status = self.status() or {}
+                status = self.status()
+                pid, host = ((status.pid, status.host) if isinstance(status, RunStatus)
+                             else (None, None))
                 raise RunDirectoryLocked(
-                    f"{self.path} is in use by another process (pid {status.get('pid', '?')} on "
-                    f"{status.get('host', '?')}): the same job is already running") from None
+                    f"{self.path} is in use by another process (pid {pid or '?'} on "
+                    f"{host or '?'}): the same job is already running") from None
             yield self
         finally:
             handle.close()
@@ -247,9 +240,9 @@ class RunDirectory:
         return pd.read_parquet(self.path / name)
 
     def save_checkpoint(self, state: dict[str, Any]) -> Path:
-        """Write ``state`` as a data-only file (``plume.harness.statefile``): tensors, arrays,
+        """Write ``state`` as a data-only file (``plume.runs.statefile``): tensors, arrays,
         numbers, strings, containers and encoded snapshots; never a pickle."""
-        from plume.harness import statefile
+        from plume.runs import statefile
 
         def write(tmp: Path) -> None:
             # through a Python file: a failed write surfaces as an OSError (torch's own file
@@ -269,7 +262,7 @@ class RunDirectory:
         """The checkpoint, read as data only (``torch.load(weights_only=True)``, no object
         rebuilt); CorruptCheckpoint, one line naming the file, for anything else: a torn or
         truncated file, a pickle, a file of an older Plume."""
-        from plume.harness import statefile
+        from plume.runs import statefile
 
         path = self.path / CHECKPOINT
         try:
