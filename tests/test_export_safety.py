@@ -384,7 +384,7 @@ def test_plume_emulate_refuses_a_damaged_export_before_its_run_directory(tmp_pat
     folder = export_controller("abr", {"variant": "pensieve"}, "bba", tmp_path / "bba")
     edit(folder, "action.levels_kbps.0", 0, sealed=True)
     root = tmp_path / "runs"
-    out = subprocess.run([sys.executable, "-m", "plume.emulation.job", "env=abr",
+    out = subprocess.run([sys.executable, "-m", "plume.harness.emulate", "env=abr",
                           "env.variant=pensieve", f"export={folder}", f"paths.root={root}",
                           "exp_name=e", "emulation.traces=1"], capture_output=True, text=True,
                          timeout=120, env={**os.environ, **ONE_THREAD})
@@ -410,7 +410,7 @@ def test_a_corrupt_model_is_one_line_from_serve_and_emulate(sweep, capsys, tmp_p
     commands = {
         "plume-serve pcc": [sys.executable, "-m", "plume.deploy.serve", "pcc", str(folder),
                             "--write-module", str(tmp_path / "module")],
-        "plume-emulate": [sys.executable, "-m", "plume.emulation.job", "env=cc",
+        "plume-emulate": [sys.executable, "-m", "plume.harness.emulate", "env=cc",
                           f"export='{folder}'", f"paths.root={root}", "exp_name=e"],
     }
     for name, command in commands.items():

@@ -1,59 +1,32 @@
-"""``plume-emulate``: a controller's test traces over real TCP or UDP, beside the simulator's.
-
-    plume-emulate env=abr env.variant=pensieve controller=bba emulation.traces=20
-    plume-emulate env=abr env.variant=pensieve export=runs/.../export emulation.parallel=4
-    plume-emulate env=cc controller=aimd emulation.mis=400
-    plume-emulate -m env=abr env.variant=pensieve controller=bba,robust_mpc,rate_based
-
-Each test trace is one session in real time on its own emulated link (namespaces and link per
-session, ``emulation.parallel`` at once). ABR: the trace's bandwidth drives the server-to-client
-direction, ``emulation.delay_ms`` each way, a droptail queue of ``emulation.queue_packets``; CC:
-each link tuple (bandwidth, one-way delay, queue, loss). The same controller plays the same
-traces in the simulator. The run directory (``conf/emulate.yaml``: ``mode: emulation``) holds
-``eval.parquet`` in the simulator's schema with a ``mode`` column (one row per mode and
-trace), ``steps.parquet`` (every chunk or MI of both modes), ``gap.md`` / ``gap.csv`` /
-``gap_per_trace.csv`` (emulation minus simulation per metric, mean over traces with a 95 %
-Student-t interval, none from fewer than 5 traces), ``status.json`` and ``config.yaml``.
-
-``status.json`` also says how late the links ran (``link_lateness``: every packet's actual minus
-scheduled departure over all sessions, p50/p90/p99/max in ms, the fraction later than
-``emulation.lateness_tolerance_ms``, and ``within_tolerance``: false when p99 exceeds it, i.e.
-the machine was too busy for the link to keep its trace's schedule and the emulated numbers
-are biased; null where a link reports none, as Mahimahi's shells). ``gap.md`` and
-``plume-report`` show the same verdict beside the gap.
+"""An emulation job without Hydra: a checked :class:`EmulationJob` (what plays, on which traces,
+how: ``emulation.*`` as :class:`EmulationSection`) played in both modes into a run directory
+(``eval.parquet`` with a ``mode`` column, ``steps.parquet``, ``gap.md`` / ``gap.csv`` /
+``gap_per_trace.csv``) with the links' lateness (:func:`link_lateness`). ``plume-emulate``
+(``plume.harness.emulate``) checks the config and hands :func:`run_emulation_body` to the run
+layer's job lifecycle.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import hydra
 import pandas as pd
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
 
 from plume.emulation.gap import METRICS, gap_markdown, gap_rows, lateness_note, per_trace_gaps
 from plume.emulation.link import LATENESS_TOLERANCE_MS, Lateness
 from plume.emulation.scenarios import EMULATIONS, Emulation, emulate
-from plume.harness import sweep
-from plume.harness.configdir import CONF_DIR
-from plume.harness.errors import ConfigError
-from plume.runs.errors import WriteFailed
-from plume.runs.lifecycle import JobRecord, Outcome, run_lifecycle
+from plume.runs.lifecycle import Outcome
 from plume.runs.record import EVAL_TABLE, LINK_LATENESS
-from plume.runs.store import RunDirectory, RunDirectoryLocked, discard_unused
+from plume.runs.store import RunDirectory
 
 log = logging.getLogger("plume")
 
-TOP_KEYS = ("controller", "export", "mode", "exp_name", "seed", "overwrite", "emulation",
-            "env", "algo", "paths")
 LINKS = ("plume", "mahimahi")
 
 
@@ -103,139 +76,7 @@ class EmulationJob:
     traces: Any
 
 
-def check_emulation(cfg: DictConfig) -> EmulationJob:
-    """The checked job of a ``plume-emulate`` config, traces loaded; ConfigError naming the key
-    for a mistake (before Hydra makes the run directory)."""
-    from plume.harness.datasets import load_checked, test_set_name
-    from plume.harness.schema import (
-        check_inside_root,
-        check_top_keys,
-        env_section,
-        typed_section,
-    )
-
-    check_top_keys(cfg, TOP_KEYS)
-    if cfg.get("mode") != "emulation":
-        raise ConfigError(f"mode must be 'emulation' (it marks the run directory), got "
-                          f"{cfg.get('mode')!r}")
-    check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
-    env, spec, params = env_section(cfg.get("env"))
-    settings = typed_section("emulation", EmulationSection, cfg.get("emulation"))
-    if spec.name not in EMULATIONS:
-        raise ConfigError(f"env={spec.name} has no emulation; emulated envs: "
-                          f"{', '.join(EMULATIONS)}")
-    EMULATIONS[spec.name].check(params)
-    _check_machine(settings)
-    controller, export, policy = _policy(cfg, spec, params)
-    traces = load_checked(spec, env, env.dataset, "test", params)
-    traces = traces.subset(list(range(min(settings.traces, len(traces)))))
-    return EmulationJob(spec, params, settings, controller, export, policy,
-                        test_set_name(spec, env.dataset), traces)
-
-
-def _check_machine(settings: EmulationSection) -> None:
-    """ConfigError with the one line that says what this machine or user lacks."""
-    from plume.emulation.mahimahi import missing_tools
-    from plume.emulation.netns import can_emulate
-
-    reason = can_emulate()
-    if reason is None and settings.link == "mahimahi" and missing_tools():
-        reason = (f"emulation.link=mahimahi needs {', '.join(missing_tools())} on the PATH "
-                  "(Mahimahi installed setuid root)")
-    if reason is not None:
-        raise ConfigError(reason)
-
-
-def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None, str]:
-    """``controller`` or ``export``, exactly one, checked against the env; and the policy's
-    name for reports (the controller's, or the algorithm or rule the contract names)."""
-    from dataclasses import asdict
-
-    from plume.deploy import load_controller
-
-    controller, export = cfg.get("controller"), cfg.get("export")
-    if (controller is None) == (export is None):
-        raise ConfigError("give controller=<name> or export=<folder> (one of them)")
-    if controller is not None:
-        if controller not in spec.controllers:
-            raise ConfigError(f"controller={controller!r} is not a controller of env "
-                              f"{spec.name!r}; valid choices: "
-                              f"{', '.join(sorted(spec.controllers))}")
-        return str(controller), None, str(controller)
-    try:  # every check the runtime makes, before the run directory exists
-        contract = load_controller(Path(str(export))).contract
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"export={export}: {err}") from None
-    made_for = contract["env"]
-    if made_for["name"] != spec.name or (
-            "variant" in made_for.get("params", {})
-            and made_for["params"]["variant"] != asdict(params).get("variant")):
-        raise ConfigError(f"export={export} was made for env={made_for['name']} "
-                          f"{made_for.get('params', {}).get('variant', '')}; set env (and "
-                          "env.variant) to match it")
-    policy = contract["policy"]
-    name = policy.get("controller") or f"{policy.get('algorithm', 'learned')} export"
-    return None, Path(str(export)), name
-
-
-def emulate_job(cfg: DictConfig) -> dict[str, Any] | None:
-    """One emulation, as Hydra's task function (see ``train_job``)."""
-    hydra_cfg = HydraConfig.get()
-    try:
-        return run_emulation(cfg, Path(hydra_cfg.runtime.output_dir))
-    except (ConfigError, RunDirectoryLocked) as err:  # one line, no traceback
-        sweep.refuse("plume-emulate", err, hydra_cfg.mode)
-    except WriteFailed as err:  # a full disk: one line, a failure
-        sweep.failed_write("plume-emulate", err, hydra_cfg.mode)
-
-
-_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
-                  config_name="emulate")(emulate_job)
-
-
-def main() -> None:
-    """``plume-emulate``: Hydra's app over ``conf/emulate.yaml``."""
-    _app()
-    sys.exit(sweep.exit_code())
-
-
-def run_emulation(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
-    """Emulate and simulate every trace of the job; write the run directory through the job
-    lifecycle (checked first: a refused config leaves none; locked; a completed one is
-    skipped unless ``overwrite``; a killed one reads ``interrupted``)."""
-    from plume.emulation.netns import EmulationUnavailable
-
-    try:
-        job = check_emulation(cfg)
-    except ConfigError:
-        discard_unused(run_dir)
-        raise
-    rundir = RunDirectory(run_dir)
-    record = JobRecord(exp_name=str(cfg.exp_name), seed=int(cfg.seed),
-                       choices={"env": job.spec.name, "policy": job.policy,
-                                "mode": "emulation", "link": job.settings.link},
-                       config=OmegaConf.to_yaml(cfg, resolve=True),
-                       overwrite=bool(cfg.get("overwrite", False)), verb="emulate",
-                       quiet=(EmulationUnavailable,))
-    try:
-        return run_lifecycle(rundir, record, lambda tracker: _emulation(job, rundir))
-    except EmulationUnavailable as err:  # the machine, not the code: one line
-        raise ConfigError(str(err)) from None
-
-
-def _emulation(job: EmulationJob, rundir: RunDirectory) -> Outcome:
-    """The body of an emulation job: both modes, the gap, how late the links ran."""
-    started = time.time()
-    summary, lateness = _emulate_into(job, rundir)
-    log.info("%d traces in %.0f s; gap (emulation - simulation):\n%s", len(job.traces),
-             time.time() - started, pd.DataFrame(summary["gap"]).to_string(index=False))
-    (log.warning if lateness["within_tolerance"] is False else log.info)(
-        "%s", lateness_note(lateness))
-    log.info("results: %s (eval.parquet, steps.parquet, gap.md)", rundir.path)
-    return Outcome(summary, fields={LINK_LATENESS: lateness})
-
-
-def _emulate_into(job: EmulationJob, rundir: RunDirectory
+def emulate_into(job: EmulationJob, rundir: RunDirectory
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Both modes on every trace, the tables written into ``rundir``; the status summary and
     the links' lateness record."""
@@ -292,5 +133,14 @@ def link_lateness(sessions: list[dict[str, Any] | None], trace_ids: list[str],
     return record
 
 
-if __name__ == "__main__":
-    main()
+def run_emulation_body(job: EmulationJob, rundir: RunDirectory) -> Outcome:
+    """The body of an emulation job (its lifecycle is the caller's): both modes written into
+    ``rundir``, the gap, how late the links ran."""
+    started = time.time()
+    summary, lateness = emulate_into(job, rundir)
+    log.info("%d traces in %.0f s; gap (emulation - simulation):\n%s", len(job.traces),
+             time.time() - started, pd.DataFrame(summary["gap"]).to_string(index=False))
+    (log.warning if lateness["within_tolerance"] is False else log.info)(
+        "%s", lateness_note(lateness))
+    log.info("results: %s (eval.parquet, steps.parquet, gap.md)", rundir.path)
+    return Outcome(summary, fields={LINK_LATENESS: lateness})
