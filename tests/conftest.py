@@ -80,18 +80,34 @@ def _wandb_sandbox(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
 
 
-def compose_config(config_name: str, *overrides: str):
+def compose_config(config_name: str, *overrides: str, return_hydra_config: bool = False):
     """The config Hydra would build for the app ``config_name`` (``train``, ``analyze``, ...)
     with ``overrides`` (usable from module fixtures, where the function-scoped
-    ``compose_cfg`` is not)."""
+    ``compose_cfg`` is not); with its ``hydra`` node if ``return_hydra_config``."""
     import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name, overrides=list(overrides))
+            return compose(config_name, overrides=list(overrides),
+                           return_hydra_config=return_hydra_config)
     finally:
         GlobalHydra.instance().clear()
+
+
+def compose_job(config_name: str, *overrides: str):
+    """``(job config, hydra node)`` of ``<app> OVERRIDES``: the config the task function gets
+    (the composed one without its ``hydra`` node, removed as Hydra's own ``run_job`` does) and
+    the node that names its run directory (``run.dir``, ``sweep.dir``/``sweep.subdir``)."""
+    import copy
+
+    from omegaconf import open_dict, read_write
+
+    composed = compose_config(config_name, *overrides, return_hydra_config=True)
+    job = copy.deepcopy(composed)
+    with read_write(job), open_dict(job):
+        del job["hydra"]
+    return job, composed.hydra
 
 
 def compose_train(*overrides: str):

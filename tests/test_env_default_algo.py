@@ -116,8 +116,8 @@ def test_a_preset_loads_as_hydra_composes_it(compose_cfg, preset):
     assert _items(load_algo_preset(preset)) == _items(compose_cfg(f"algo={preset}").algo)
 
 
-def test_auto_has_every_key_of_every_algorithm_unset():
-    auto = OmegaConf.load(CONF_DIR / "algo" / "auto.yaml")
+def test_auto_has_every_key_of_every_algorithm_unset(compose_cfg):
+    auto = compose_cfg().algo  # conf/algo/auto.yaml extends schema/algo/auto, built from CONFIGs
     keys = {f.name for algo in ALGORITHMS.values() for f in fields(algo.CONFIG)}
     assert auto.name == AUTO and set(auto) == keys | {"name"}
     assert all(OmegaConf.is_missing(auto, k) for k in keys)

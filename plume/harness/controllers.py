@@ -20,16 +20,13 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from plume.harness import sweep
 from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.configdir import CONF_DIR
 from plume.harness.evaluation import Evaluator, eval_scores
-from plume.harness.schema import (
-    ConfigError,
-    resolve_env_defaults,
-)
+from plume.harness.schema import ConfigError, resolve_eval
 from plume.runs.errors import WriteFailed
 from plume.runs.lifecycle import JobRecord, Outcome, run_lifecycle
 from plume.runs.record import EVAL_TABLE
@@ -70,12 +67,11 @@ def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
     except ConfigError:
         discard_unused(Path(run_dir))  # the folder Hydra made for a multirun job, if any
         raise
-    resolve_env_defaults(cfg, env)
+    resolved = resolve_eval(cfg, env, spec, name)
     rundir = RunDirectory(run_dir)
-    record = JobRecord(exp_name=str(cfg.exp_name), seed=int(cfg.seed),
-                       choices={"env": spec.name, "controller": name},
-                       config=OmegaConf.to_yaml(cfg, resolve=True),
-                       overwrite=bool(cfg.get("overwrite", False)), verb="evaluate")
+    record = JobRecord(exp_name=str(cfg.exp_name), seed=int(cfg.seed), choices=resolved.choices,
+                       config=resolved.yaml, overwrite=bool(cfg.get("overwrite", False)),
+                       verb="evaluate")
 
     def evaluate(tracker) -> Outcome:
         evaluator = Evaluator(spec, test_sets, params)

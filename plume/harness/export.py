@@ -107,7 +107,7 @@ def _export_learned(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
 def _check_fingerprint(cfg, rundir: RunDirectory, checkpoint: dict[str, Any]) -> None:
     """ConfigError unless the checkpoint was trained by this run's configuration (training
     resumes only from such a checkpoint; an export must not name another job's weights)."""
-    from plume.harness.train import config_fingerprint
+    from plume.harness.schema import config_fingerprint
 
     expected, found = config_fingerprint(cfg), checkpoint.get("fingerprint")
     if found != expected:

@@ -3,10 +3,15 @@
 The YAML files under ``conf/`` stay plain (Hydra composes them); :func:`validate` merges each
 section into its dataclass schema so that a wrong type, a misspelt key or an out-of-range value
 fails with a message naming the key, before any dataset is built or any step is trained.
+:func:`resolve_job` (plume-train) and :func:`resolve_eval` (plume-eval) then give what the
+validated job runs with, as its run directory and tracker record it, without writing into the
+composed config.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import PurePath
 from typing import Any, Optional
@@ -15,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from plume.agents import ALGORITHMS
+from plume.harness.configdir import CONF_DIR
 from plume.harness.datasets import check_dataset, default_test_sets
 from plume.harness.errors import ConfigError
 from plume.sampling import SAMPLERS, import_sampler_package
@@ -230,8 +236,9 @@ def check_inside_root(root: str, **names: str) -> None:
 
 
 def resolve_env_defaults(cfg: DictConfig, env: EnvSection) -> None:
-    """Write the dataset and test sets a null chose into ``cfg.env``, so the run directory's
-    ``config.yaml`` says what was trained and tested on."""
+    """Write the dataset and test sets a null chose into ``cfg.env`` (:func:`resolve_job`'s
+    copy of the composed config), so the run directory's ``config.yaml`` says what was
+    trained and tested on."""
     from omegaconf import open_dict
 
     with open_dict(cfg):
@@ -241,7 +248,7 @@ def resolve_env_defaults(cfg: DictConfig, env: EnvSection) -> None:
 
 AUTO = "auto"
 """``algo.name`` of ``conf/algo/auto.yaml``, plume-train's default: the environment's preset."""
-UNSET = "???"  # OmegaConf's missing value: a key of conf/algo/auto.yaml the config did not set
+UNSET = "???"  # OmegaConf's missing value: a key of algo=auto the config did not set
 
 
 def algo_section(node: Any, spec: Any,
@@ -270,40 +277,60 @@ def algo_section(node: Any, spec: Any,
     return algo_name, algo, default
 
 
-def load_algo_preset(preset: str, env_name: str = "", _chain: tuple[str, ...] = ()) -> dict:
-    """The ``algo`` node ``algo=<preset>`` composes: ``conf/algo/<preset>.yaml`` after the
-    presets of its defaults list (Hydra's order: ``_self_`` where listed, else last)."""
-    from plume.harness.configdir import CONF_DIR
+def load_algo_preset(preset: str, env_name: str = "") -> dict[str, Any]:
+    """The ``algo`` node ``algo=<preset>`` composes, composed by Hydra itself (its compose API:
+    in a running app on the app's config search path, elsewhere on ``conf/``), so a preset's
+    defaults list means what Hydra makes of it."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
-    path = CONF_DIR / "algo" / f"{preset}.yaml"
-    if preset in _chain:
-        raise ConfigError(f"{path}: its defaults list includes itself "
-                          f"({' -> '.join((*_chain, preset))})")
-    if not path.is_file() or preset == AUTO or "/" in preset:
-        valid = sorted(p.stem for p in path.parent.glob("*.yaml") if p.stem != AUTO)
-        named = (f"conf/algo/{_chain[-1]}.yaml names preset {preset!r} in its defaults list"
-                 if _chain else f"env {env_name!r} trains with algo preset {preset!r} by "
-                 "default (EnvSpec.algo_preset)")
-        raise ConfigError(f"{named}, which conf/algo does not have; name the learner with "
-                          f"algo=<preset>: {', '.join(valid)}")
-    own = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    defaults = own.pop("defaults", [])
-    if "_self_" not in defaults:
-        defaults = [*defaults, "_self_"]
-    values: dict[str, Any] = {}
-    for entry in defaults:
-        if not isinstance(entry, str):
-            raise ConfigError(f"{path}: defaults entry {entry!r}: an environment's default "
-                              "preset may list only other conf/algo presets and _self_")
-        name = entry.removeprefix("/algo/")
-        values.update(own if entry == "_self_"
-                      else load_algo_preset(name, env_name, (*_chain, preset)))
-    return values
+    if GlobalHydra.instance().is_initialized():
+        return _composed_preset(preset, env_name)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return _composed_preset(preset, env_name)
+
+
+def _composed_preset(preset: str, env_name: str) -> dict[str, Any]:
+    """:func:`load_algo_preset` with Hydra initialised; ConfigError (one line) for a preset
+    the ``algo`` group lacks or one that does not compose."""
+    from hydra import compose
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    presets = [p for p in GlobalHydra.instance().config_loader().get_group_options("algo")
+               if p != AUTO]
+    if preset not in presets:
+        raise ConfigError(f"env {env_name!r} trains with algo preset {preset!r} by default "
+                          "(EnvSpec.algo_preset), which conf/algo does not have; name the "
+                          f"learner with algo=<preset>: {', '.join(presets)}")
+    try:
+        node = compose(config_name=f"algo/{preset}").algo
+    except HydraException as err:
+        raise ConfigError(f"algo preset {preset!r} (env {env_name!r}'s default) does not "
+                          f"compose: {' '.join(str(err).split())}") from None
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def register_algo_keys() -> None:
+    """Store the Hydra config ``schema/algo/auto`` (idempotent): ``name: auto`` and every key
+    of every registered algorithm's config unset, the node ``conf/algo/auto.yaml`` extends.
+    Hydra refuses ``algo.<key>=<value>`` for a key its config lacks, and the preset that
+    supplies the key is only known once the env's params are validated; the keys come from
+    the algorithms' own configs, so a new algorithm needs no YAML for them."""
+    from hydra.core.config_store import ConfigStore
+
+    keys = dict.fromkeys(f.name for algo in ALGORITHMS.values() for f in fields(algo.CONFIG))
+    ConfigStore.instance().store(group="schema/algo", name=AUTO,
+                                 node={"name": AUTO, **{key: UNSET for key in keys}})
+
+
+register_algo_keys()  # here, beside the registry it reads: every app that composes algo= imports it
 
 
 def resolve_algo_default(cfg: DictConfig, job: JobConfig) -> None:
-    """Write the preset an ``algo=auto`` job trains with into ``cfg.algo``, so the run
-    directory's ``config.yaml`` names the real algorithm with every value it trained with."""
+    """Write the preset an ``algo=auto`` job trains with into ``cfg.algo`` (a copy, as
+    above), so the run directory's ``config.yaml`` names the real algorithm with every value
+    it trained with."""
     from omegaconf import open_dict
 
     if job.algo_default is not None:
@@ -343,8 +370,9 @@ def sampler_section(node: Any) -> tuple[str, Any]:
 
 
 def resolve_sampler_defaults(cfg: DictConfig, job: JobConfig) -> None:
-    """Write the options a job's sampler takes by default into ``cfg.sampler`` (those the
-    config left out), so the run directory's ``config.yaml`` says what was trained with."""
+    """Write the options a job's sampler takes by default into ``cfg.sampler`` (a copy, as
+    above; those the config left out), so the run directory's ``config.yaml`` says what was
+    trained with."""
     from omegaconf import open_dict
 
     options = asdict(job.sampler)
@@ -353,6 +381,76 @@ def resolve_sampler_defaults(cfg: DictConfig, job: JobConfig) -> None:
             if key not in cfg.sampler:
                 cfg.sampler[key] = options[key]
 
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """What a validated job runs with, the only description of it the apps record: ``config``
+    (the composed config with what its validation chose written in, resolved: the run
+    directory's ``config.yaml`` and W&B's config), ``yaml`` (that file's text), the run
+    ``fingerprint`` that checkpoints and resumes match on (None for plume-eval, which keeps no
+    checkpoint) and the config-group ``choices`` (``algo=auto`` named by its preset)."""
+
+    config: dict[str, Any]
+    yaml: str
+    fingerprint: str | None
+    choices: dict[str, str]
+
+    @property
+    def wandb_config(self) -> dict[str, Any]:
+        """W&B's run config: the resolved config (a copy: the tracker may keep and change it)."""
+        return copy.deepcopy(self.config)
+
+
+def resolve_job(cfg: DictConfig, job: JobConfig,
+                choices: dict[str, str] | None = None) -> ResolvedJob:
+    """plume-train's record of ``job`` (validated from ``cfg``, which is read, never written):
+    the dataset, test sets, algorithm preset and sampler options that validation chose,
+    written into a copy of the composed config, and Hydra's ``choices`` with the preset."""
+    node = copy.deepcopy(cfg)
+    resolve_env_defaults(node, job.env)
+    resolve_algo_default(node, job)
+    resolve_sampler_defaults(node, job)
+    choices = dict(choices or {})
+    if job.algo_default is not None and "algo" in choices:  # Hydra's choice was "auto"
+        choices["algo"] = job.algo_default.preset
+    return _resolved(node, config_fingerprint(node), choices)
+
+
+def resolve_eval(cfg: DictConfig, env: EnvSection, spec: Any, controller: str) -> ResolvedJob:
+    """plume-eval's record of a controller job checked by ``preflight.check_eval`` (its env
+    section, EnvSpec and controller name): the dataset and test sets that a null chose,
+    written into a copy of ``cfg``."""
+    node = copy.deepcopy(cfg)
+    resolve_env_defaults(node, env)
+    return _resolved(node, None, {"env": spec.name, "controller": controller})
+
+
+def _resolved(node: DictConfig, fingerprint: str | None,
+              choices: dict[str, str]) -> ResolvedJob:
+    """Resolved once as data (W&B's config) and once as text (config.yaml, byte for byte)."""
+    return ResolvedJob(config=OmegaConf.to_container(node, resolve=True),
+                       yaml=OmegaConf.to_yaml(node, resolve=True), fingerprint=fingerprint,
+                       choices=choices)
+
+
+FINGERPRINT_KEYS = ("env", "algo", "sampler", "analysis", "seed", "train.total_steps",
+                    "train.eval_points", "train.eval_at_start", "train.validation")
+"""What decides what a job trains (not where or how it logs). ``train.stop_at`` is not here: a
+paused job resumed with a larger one is the same job."""
+
+
+def config_fingerprint(cfg: DictConfig) -> str:
+    """Hash of :data:`FINGERPRINT_KEYS` of a resolved config (:func:`resolve_job`'s, or a run
+    directory's ``config.yaml``): a checkpoint resumes, or exports, only under the same one."""
+    def resolved(key: str) -> Any:  # in place: a sampler key may read ${train.total_steps}
+        node = OmegaConf.select(cfg, key)
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+    chosen = {key: resolved(key) for key in FINGERPRINT_KEYS}
+    if not chosen["train.validation"]:  # 0: the hash of runs made before the key existed
+        del chosen["train.validation"]
+    return hashlib.sha256(repr(sorted(chosen.items())).encode()).hexdigest()[:16]
 
 def env_section(node: Any, test_sets: bool = True) -> tuple[EnvSection, Any, Any]:
     """The generic ``env`` keys, the environment's EnvSpec and its own checked params; every

@@ -36,13 +36,7 @@ from plume.harness.preflight import JobInputs, check_train
 from plume.harness.progress import Progress, format_clock  # noqa: F401 (format_clock: public here too)
 from plume.harness.sampler_session import SamplerSession
 from plume.harness.samplers import run_analysis
-from plume.harness.schema import (
-    ConfigError,
-    JobConfig,
-    resolve_algo_default,
-    resolve_env_defaults,
-    resolve_sampler_defaults,
-)
+from plume.harness.schema import ConfigError, JobConfig, ResolvedJob, resolve_job
 from plume.harness.seeding import spawn_streams, torch_seed
 from plume.harness.tracking import NullTracker, WandbTracker
 from plume.runs import snapshot
@@ -100,19 +94,14 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
         discard_unused(Path(run_dir))  # the folder Hydra made for a multirun job, if any
         raise
     job = inputs.job
-    resolve_env_defaults(cfg, job.env)
-    resolve_algo_default(cfg, job)
-    resolve_sampler_defaults(cfg, job)
-    choices = dict(choices or {})
-    if job.algo_default is not None and "algo" in choices:  # Hydra's choice was "auto"
-        choices["algo"] = job.algo_default.preset
+    resolved = resolve_job(cfg, job, choices)
     rundir = RunDirectory(run_dir)
-    training = TrainingRun(inputs, rundir, config_fingerprint(cfg))
-    record = JobRecord(exp_name=job.exp_name, seed=job.seed, choices=choices,
-                       config=OmegaConf.to_yaml(cfg, resolve=True), overwrite=job.overwrite,
+    training = TrainingRun(inputs, rundir, resolved.fingerprint)
+    record = JobRecord(exp_name=job.exp_name, seed=job.seed, choices=resolved.choices,
+                       config=resolved.yaml, overwrite=job.overwrite,
                        hydra=hydra_record or {}, verb="train")
     return run_lifecycle(rundir, record, training.body, start=training.start,
-                         tracker=lambda: _make_tracker(job, cfg, rundir.path, choices))
+                         tracker=lambda: _make_tracker(job, resolved, rundir.path))
 
 
 class TrainingRun:
@@ -284,23 +273,6 @@ def _analysis(job: JobConfig, traces):
     return run_analysis(traces, job.analysis, job.paths.cache)
 
 
-def config_fingerprint(cfg: DictConfig) -> str:
-    """Hash of everything that decides what a job trains (not where or how it logs)."""
-    import hashlib
-
-    # train.stop_at is not here: a paused job resumed with a larger one is the same job
-    keys = ["env", "algo", "sampler", "analysis", "seed", "train.total_steps", "train.eval_points",
-            "train.eval_at_start", "train.validation"]
-    def resolved(key: str) -> Any:  # in place: a sampler key may read ${train.total_steps}
-        node = OmegaConf.select(cfg, key)
-        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-    chosen = {key: resolved(key) for key in keys}
-    if not chosen["train.validation"]:  # 0: the hash of runs made before the key existed
-        del chosen["train.validation"]
-    return hashlib.sha256(repr(sorted(chosen.items())).encode()).hexdigest()[:16]
-
-
 def _resumable(rundir: RunDirectory, fingerprint: str) -> dict[str, Any] | None:
     """The checkpoint of an unfinished run of the same job, if there is one.
 
@@ -328,7 +300,7 @@ def _rows_up_to(rundir: RunDirectory, table: str, progress: float) -> pd.DataFra
     return frame[frame["progress"] <= progress]
 
 
-def _make_tracker(job: JobConfig, cfg: DictConfig, run_dir: Path, choices: dict[str, str]):
+def _make_tracker(job: JobConfig, resolved: ResolvedJob, run_dir: Path):
     if job.logger.name == "none":
         return NullTracker()
     return WandbTracker(
@@ -339,9 +311,9 @@ def _make_tracker(job: JobConfig, cfg: DictConfig, run_dir: Path, choices: dict[
         group=job.exp_name,
         job_type=job.sampler_name,
         name=f"{job.exp_name}/{run_dir.parent.name}/{run_dir.name}",
-        tags=[f"{group}:{choice}" for group, choice in sorted(choices.items())]
+        tags=[f"{group}:{choice}" for group, choice in sorted(resolved.choices.items())]
         + list(job.logger.tags),
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=resolved.wandb_config,
     )
 
 
