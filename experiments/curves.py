@@ -44,7 +44,7 @@ def mean_and_ci(values: np.ndarray) -> tuple[float, float, float]:
     """Mean over seeds and the report's 95 % Student-t interval of it
     (``plume.report.inference``: coverage measured by simulation); NaN bounds below the
     report's minimum of runs, so no band or interval is drawn from too few seeds."""
-    from plume.report.inference import enough_runs, mean_interval
+    from plume.report.inference import enough_runs, mean_interval  # deferred: rliable and matplotlib load only for a report
 
     values = np.asarray(values, dtype=float)
     mean = float(values.mean())
@@ -57,7 +57,7 @@ def mean_and_ci(values: np.ndarray) -> tuple[float, float, float]:
 def score_table(roles: RunRoles) -> pd.DataFrame:
     """Per run, evaluation point, test set and subset (``all``, or ``hard``: the group's hard
     labels): the mean raw and normalised score over the test traces, with the run's role."""
-    from plume.report.runs import load_scores, scan_runs
+    from plume.report.runs import load_scores, scan_runs  # deferred: rliable and matplotlib load only for a report
 
     if not roles:
         return pd.DataFrame()
@@ -178,7 +178,7 @@ def _sampler(curve) -> str:
 def group_report(group: Group, roles: RunRoles, out: Path, options: Mapping[str, Any]):
     """The rliable report of ``group``'s runs (its controllers listed beside them); None
     without learned runs."""
-    from plume.report import build_report
+    from plume.report import build_report  # deferred: rliable and matplotlib load only for a report
 
     runs = [run for run, (key, _) in roles.items() if key == group.key]
     if all(roles[r][1] in group.controllers for r in runs):
@@ -245,7 +245,7 @@ def _table_cell(group: Group, label: str, scores: pd.DataFrame, result, roles) -
     text = (f"{mean:.3f} [{low:.3f}, {high:.3f}]" if np.isfinite(low) else f"{mean:.3f}") + (
         f" (n={len(per_run)})")
     if result is not None and label != group.baseline:
-        from plume.report.comparisons import poi_text
+        from plume.report.comparisons import poi_text  # deferred: rliable and matplotlib load only for a report
 
         rows = result.poi[(result.poi["scope"] == "all tasks")
                           & (result.poi["algorithm"] == _sampler(group.curve(label)))]

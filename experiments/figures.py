@@ -21,7 +21,9 @@ import pandas as pd
 
 from experiments.catalog import DATASET_LABELS
 from experiments.curves import mean_and_ci, pyplot
+from plume.envs.registry import get_env
 from plume.figures import save_figure
+from plume.harness.configdir import CONF_DIR
 from plume.runs.record import (
     COMPLETED,
     EVAL_TABLE,
@@ -30,6 +32,7 @@ from plume.runs.record import (
     STATUS,
     run_state,
 )
+from plume.traces import DATASETS, load_tracebench
 
 KIND_ORDER = ("fast_low-var", "fast_high-var", "slow_low-var", "slow_high-var")
 KIND_LABELS = {
@@ -175,8 +178,6 @@ def weights_summary(runs: Sequence[RunInfo], datasets: Sequence[str]) -> str:
 
 
 def _datasets():
-    from plume.traces import DATASETS, load_tracebench
-
     return list(DATASETS), load_tracebench
 
 
@@ -263,8 +264,9 @@ def analysis_settings():
     shares their cache."""
     from omegaconf import OmegaConf
 
-    from plume.harness.configdir import CONF_DIR
-    from plume.harness.schema import analysis_settings as typed
+    from plume.harness.schema import (
+        analysis_settings as typed,  # deferred: the schema loads torch (the algorithms)
+    )
 
     return typed(OmegaConf.load(CONF_DIR / "analysis" / "plume.yaml"))
 
@@ -274,7 +276,10 @@ def clusters_figure(stem: Path, cache_dir: Path, settings=None) -> tuple[list[Pa
     paper's axes (mean throughput vs coefficient of variation of each trace), coloured by
     cluster, marked by ground-truth kind. The clustering itself uses the kept features named
     under each panel."""
-    from plume.analysis import adjusted_rand_index, analyze
+    from plume.analysis import (  # deferred: scikit-learn loads only when stages 1-2 run
+        adjusted_rand_index,
+        analyze,
+    )
 
     plt = pyplot()
     datasets, load = _datasets()
@@ -331,10 +336,16 @@ def env_clusters(out: Path, cache_dir: Path) -> tuple[dict[str, list[Path]], lis
     returns the figures and one summary line per env."""
     from omegaconf import OmegaConf
 
-    from plume.analysis import adjusted_rand_index, analyze
-    from plume.analysis.figures import cluster_scatter
-    from plume.envs.registry import get_env
-    from plume.harness.schema import analysis_settings
+    from plume.analysis import (  # deferred: scikit-learn loads only when stages 1-2 run
+        adjusted_rand_index,
+        analyze,
+    )
+    from plume.analysis.figures import (
+        cluster_scatter,  # deferred: scikit-learn loads only when stages 1-2 run
+    )
+    from plume.harness.schema import (
+        analysis_settings,  # deferred: the schema loads torch (the algorithms)
+    )
 
     base = OmegaConf.load(_conf_dir() / "analysis" / "plume.yaml")
     figures, lines = {}, []
@@ -356,8 +367,6 @@ def env_clusters(out: Path, cache_dir: Path) -> tuple[dict[str, list[Path]], lis
 
 
 def _conf_dir() -> Path:
-    from plume.harness.configdir import CONF_DIR
-
     return Path(CONF_DIR)
 
 
@@ -398,7 +407,9 @@ def render(name: str, roles: Mapping[Path, tuple[str, str]], out: str | Path, *,
             figures, lines = env_clusters(out, Path(cache_dir or analysis_cache()))
             artefacts.update(figures)
         else:
-            from plume.analysis import adjusted_rand_index
+            from plume.analysis import (
+                adjusted_rand_index,  # deferred: scikit-learn loads only when stages 1-2 run
+            )
 
             artefacts["figure"], analyses = clusters_figure(out / "fig12_clusters",
                                                             Path(cache_dir or analysis_cache()))

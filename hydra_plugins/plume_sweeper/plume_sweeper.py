@@ -80,7 +80,7 @@ class PlumeSweeper(Sweeper):
             self.launcher = self._launcher(config)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from plume.harness.sweep import SweepOutcome
+        from plume.harness.sweep import SweepOutcome  # deferred: Hydra imports every plugin when any app starts
 
         assert self.hydra_context is not None and self.config is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)

@@ -35,8 +35,8 @@ def main(cfg: DictConfig) -> None:
 def report(cfg: DictConfig, out: Path) -> str:
     """Run (or load from cache) the analysis of ``cfg``; write figure, tables and summary
     into ``out``."""
-    from plume.analysis import adjusted_rand_index, analyze, contingency_table
-    from plume.analysis.figures import cluster_scatter
+    from plume.analysis import adjusted_rand_index, analyze, contingency_table  # deferred: scikit-learn loads only when stages 1-2 run
+    from plume.analysis.figures import cluster_scatter  # deferred: scikit-learn loads only when stages 1-2 run
 
     _, _, settings, traces = check_analyze(cfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,7 @@ def report(cfg: DictConfig, out: Path) -> str:
 def _write_tables(result, out: Path) -> dict[str, Path]:
     """``assignments.csv`` and, with ground truth, ``contingency.csv`` (the table printed);
     a stale contingency table goes, so the folder never shows one of other labels."""
-    from plume.analysis import assignment_table, contingency_table
+    from plume.analysis import assignment_table, contingency_table  # deferred: scikit-learn loads only when stages 1-2 run
 
     files = {"assignments": out / "assignments.csv", "contingency": out / "contingency.csv"}
     assignment_table(result).to_csv(files["assignments"], index=False)

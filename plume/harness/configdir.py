@@ -42,7 +42,7 @@ def register_sampler_defaults() -> None:
     and every option is a command-line key (``sampler.alpha=0.7``) without a ``+``."""
     from hydra.core.config_store import ConfigStore
 
-    from plume.sampling import SAMPLERS, sampler_defaults
+    from plume.sampling import SAMPLERS, sampler_defaults  # deferred: the sampler registry loads every sampler module
 
     store = ConfigStore.instance()
     for name, cls in SAMPLERS.items():

@@ -18,6 +18,7 @@ from typing import Any
 from plume.envs.registry import EnvSpec
 from plume.harness.errors import ConfigError
 from plume.traces import TraceSet
+from plume.traces.loaders import describe_split, load_traces
 from plume.traces.traceset import MAX_PADDED_SAMPLES
 
 
@@ -56,8 +57,6 @@ def load_dataset(spec: EnvSpec, dataset: str, split: str, trace_format: str | No
     storage capped at ``max_padded_samples`` per channel: ``plume.traces.loaders``)."""
     if is_builtin(spec, dataset):
         return spec.load_builtin(dataset, split)
-    from plume.traces.loaders import load_traces
-
     path = Path(dataset).expanduser()
     return load_traces(path, trace_format or "npz", split,
                        max_padded_samples=max_padded_samples)
@@ -82,8 +81,6 @@ def describe_test_set(spec: EnvSpec, dataset: str, trace_format: str | None,
         return f"{dataset}: built-in {spec.name} dataset, its test split"
     if split == "all":
         return f"{dataset}: every trace in it ({n_traces} traces)"
-    from plume.traces.loaders import describe_split
-
     return (f"{describe_split(Path(dataset).expanduser(), trace_format or 'npz')}: the training "
             "dataset's own test split (its other traces train)")
 

@@ -35,6 +35,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plume.emulation.job import EmulationJob, EmulationSection, run_emulation_body
+from plume.emulation.mahimahi import missing_tools
+from plume.emulation.netns import EmulationUnavailable, can_emulate
 from plume.emulation.scenarios import EMULATIONS
 from plume.harness import sweep
 from plume.harness.configdir import CONF_DIR
@@ -79,9 +81,6 @@ def check_emulation(cfg: DictConfig) -> EmulationJob:
 
 def _check_machine(settings: EmulationSection) -> None:
     """ConfigError with the one line that says what this machine or user lacks."""
-    from plume.emulation.mahimahi import missing_tools
-    from plume.emulation.netns import can_emulate
-
     reason = can_emulate()
     if reason is None and settings.link == "mahimahi" and missing_tools():
         reason = (f"emulation.link=mahimahi needs {', '.join(missing_tools())} on the PATH "
@@ -95,7 +94,9 @@ def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None, str
     name for reports (the controller's, or the algorithm or rule the contract names)."""
     from dataclasses import asdict
 
-    from plume.deploy import load_controller
+    from plume.deploy import (
+        load_controller,  # deferred: the runtime loads only when an export is played
+    )
 
     controller, export = cfg.get("controller"), cfg.get("export")
     if (controller is None) == (export is None):
@@ -147,8 +148,6 @@ def run_emulation(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
     """Emulate and simulate every trace of the job; write the run directory through the job
     lifecycle (checked first: a refused config leaves none; locked; a completed one is
     skipped unless ``overwrite``; a killed one reads ``interrupted``)."""
-    from plume.emulation.netns import EmulationUnavailable
-
     try:
         job = check_emulation(cfg)
     except ConfigError:

@@ -69,8 +69,8 @@ def record_observations(spec, params, test_sets, act) -> np.ndarray:
 def _export_learned(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
     """Stage the run's learned controller into ``folder``: the learner rebuilt as the job
     built it and loaded from its checkpoint, which must be this configuration's."""
-    from plume.agents import ALGORITHMS
-    from plume.deploy.export import contract_for, stage_policy
+    from plume.agents import ALGORITHMS  # deferred: torch loads only when a learner is built
+    from plume.deploy.export import contract_for, stage_policy  # deferred: torch loads only when a learner is built
     from plume.harness.datasets import make_env
     from plume.harness.preflight import check_train
 
@@ -117,8 +117,8 @@ def _check_fingerprint(cfg, rundir: RunDirectory, checkpoint: dict[str, Any]) ->
 
 
 def _export_rule(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
-    from plume.deploy.contract import write_contract
-    from plume.deploy.export import contract_for
+    from plume.deploy.contract import write_contract  # deferred: the runtime loads only when an export is played
+    from plume.deploy.export import contract_for  # deferred: torch loads only when a learner is built
     from plume.harness.preflight import check_eval
 
     _, spec, params, name, test_sets = check_eval(cfg)
@@ -132,7 +132,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     record it in the run directory; ConfigError or DestinationError (one line) for a run or a
     destination that cannot be used, ``plume.deploy.export.ParityError`` when the formats
     disagree. Everything is staged first: a failure leaves ``out`` and the run as they were."""
-    from plume.deploy.export import check_destination, install, run_identity, staging
+    from plume.deploy.export import check_destination, install, run_identity, staging  # deferred: torch loads only when a learner is built
 
     run_dir = Path(run_dir)
     config = run_dir / RESOLVED_CONFIG
@@ -196,7 +196,7 @@ def _log_artifact(cfg, run_dir: Path, folder: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     """``plume-export RUN_DIR [--out DIR]``: exit 0 on success, 2 for a run or destination
     that cannot be used (one line, nothing written), 1 when the exported formats disagree."""
-    from plume.deploy.export import DestinationError, ParityError
+    from plume.deploy.export import DestinationError, ParityError  # deferred: torch loads only when a learner is built
 
     parser = argparse.ArgumentParser(prog="plume-export", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a plume-train or plume-eval run directory")

@@ -138,7 +138,7 @@ def _check_algorithm_fits(job: JobConfig, traces: TraceSet) -> None:
     """Build the learner on a one-copy env of the first training trace: its spaces are the
     real ones, so a config the algorithm rejects (e.g. network=gelato on the Pensieve
     observation) is the user's mistake, reported in one line before anything is written."""
-    from plume.agents import ALGORITHMS
+    from plume.agents import ALGORITHMS  # deferred: torch loads only when a learner is built
 
     probe = make_env(job.env_spec, traces.subset([0]), 1, None, mode="test", seed=0,
                      params=job.env_params)

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from plume.agents import ALGORITHMS
+from plume.envs.registry import get_env
 from plume.harness.configdir import CONF_DIR
 from plume.harness.datasets import check_dataset, default_test_sets
 from plume.harness.errors import ConfigError
@@ -456,8 +457,6 @@ def env_section(node: Any, test_sets: bool = True) -> tuple[EnvSection, Any, Any
     """The generic ``env`` keys, the environment's EnvSpec and its own checked params; every
     dataset named is checked to exist (and to be readable by its trace format). With
     ``test_sets=False`` (a validation run) ``env.test_sets`` is neither checked nor kept."""
-    from plume.envs.registry import get_env
-
     if node is None:
         raise ConfigError("config section 'env' is missing")
     values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
@@ -500,7 +499,10 @@ def analysis_settings(node: Any, env_defaults: Any = None):
     """The ``analysis`` section as ``plume.analysis.AnalysisSettings``, checked by its own
     constructor (its Literal-typed fields are beyond OmegaConf's structured configs). A key
     left null takes the environment's default (``EnvSpec.analysis``)."""
-    from plume.analysis import AnalysisSettings, SelectionSettings
+    from plume.analysis import (  # deferred: scikit-learn loads only when stages 1-2 run
+        AnalysisSettings,
+        SelectionSettings,
+    )
 
     if node is None:
         raise ConfigError("config section 'analysis' is missing")

@@ -211,7 +211,7 @@ def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker,
 
 def _learner(job: JobConfig, env, session: SamplerSession, seed: int):
     """The monitor around the training env and the algorithm stepping it."""
-    from plume.agents import ALGORITHMS
+    from plume.agents import ALGORITHMS  # deferred: torch loads only when a learner is built
 
     monitor = TrainingMonitor(env, signals=session.signals)
     agent = ALGORITHMS[job.algo_name](monitor, job.algo, seed=seed,
@@ -257,7 +257,7 @@ def _analysis(job: JobConfig, traces):
     """Plume stages 1-2 on the training traces (cached). A dataset with too few traces for the
     cluster-count range fails for samplers that need clusters (naming the setting to change)
     and is skipped, with a log line, for those that do not."""
-    from plume.sampling import SAMPLERS
+    from plume.sampling import SAMPLERS  # deferred: the sampler registry loads every sampler module
 
     inputs = set(SAMPLERS[job.sampler_name].needs(job.sampler).inputs)
     needs = bool({"memberships", "features"} & inputs)

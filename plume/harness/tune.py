@@ -414,7 +414,7 @@ def draw_figures(study, out: Path) -> list[str]:
     from optuna.trial import TrialState
     from optuna.visualization import matplotlib as plots
 
-    from plume.figures import save_figure
+    from plume.figures import save_figure  # deferred: matplotlib loads only for a figure
 
     notes = []
     complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
