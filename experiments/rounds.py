@@ -11,31 +11,29 @@ curves of comparisons still undecided (a comparison involves its curve and the b
 stops when all are decided or at the cap. Each look uses exactly the seeds ``0..n_k - 1`` of
 both curves, so runs left on disk by an earlier command never enter a look early, and a
 re-run replays the rounds from the runs on disk, training only what is missing.
+
+This module is the design and its looks; the command that trains and draws the rounds is
+``experiments.runner.run_auto`` (beside ``run``, whose job lists, ``experiments.jobs``, it picks
+from).
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 import pandas as pd
 
-from experiments import runner
 from experiments.catalog import TRAINING_FIGURES, Figure, Group
 from experiments.curves import RunRoles
-from plume.harness.train import format_clock
-from plume.report.inference import ALPHA, MIN_RUNS
+from experiments.jobs import Job, figure_jobs
+from plume.report.inference import MIN_RUNS
 from plume.report.sequential import (
     CONTINUE,
     REJECTED,
     Design,
     default_looks,
-    design,
     z_from_p,
 )
 
@@ -108,10 +106,10 @@ def next_curves(comparisons: Sequence[Comparison],
 
 
 def round_jobs(name: str, profile: str, seeds: range, curves: set[tuple[str, str]],
-               controllers: bool) -> list[runner.Job]:
+               controllers: bool) -> list[Job]:
     """The jobs of one round: ``seeds`` of ``curves``, and the figure's controllers when
     ``controllers`` (the first round)."""
-    jobs = runner.figure_jobs(name, profile, seeds.stop)
+    jobs = figure_jobs(name, profile, seeds.stop)
     chosen = [j for j in jobs if (j.config == "eval" and controllers) or (
         j.config == "train" and j.seed in seeds and (j.group, j.label) in curves)]
     return list(dict.fromkeys(chosen))
@@ -186,10 +184,12 @@ def _number(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-def _round_record(look: int, seeds: range, planned: Sequence[runner.PlannedJob], plan: Design,
-                  stats: Mapping[Comparison, dict], decisions: Mapping[Comparison, str]) -> dict:
+def round_record(look: int, seeds: range, jobs: int, plan: Design,
+                 stats: Mapping[Comparison, dict], decisions: Mapping[Comparison, str]) -> dict:
+    """What ``sequential.json`` keeps of one round: its seeds, ``jobs`` planned, the boundary
+    and each comparison's statistic and decision."""
     return {"look": look, "runs_per_side": seeds.stop, "seeds": [seeds.start, seeds.stop - 1],
-            "jobs": len(planned), "boundary": plan.boundaries[look - 1],
+            "jobs": jobs, "boundary": plan.boundaries[look - 1],
             "statistics": [{"comparison": c.name, "group": c.group, "curve": c.curve,
                             "baseline": c.baseline, "n": s["n"], "diff": _number(s["diff"]),
                             "p": _number(s["p"]), "z": _number(s["z"]),
@@ -244,91 +244,3 @@ def summary_lines(record: dict) -> list[str]:
                          "others are trimmed, with a note), and their Holm-corrected verdicts "
                          "are fixed-sample tests on seeds the design chose: read them as "
                          "descriptions; the decisions here carry the design's error bound."), ""]
-
-
-def run_auto(name: str, profile: str = "quick", workers: int = 2, root: str | Path = "runs",
-             out: str | Path = "reports", *, cap: int = 20, rounds: Sequence[int] | None = None,
-             dry_run: bool = False, overrides: Sequence[str] = (),
-             report_options: dict | None = None, hydra_overrides: Sequence[str] = (),
-             stream: TextIO | None = None, progress_every_s: float = 30.0) -> dict:
-    """The whole ``--seeds auto`` command; returns what ``runner.run`` returns, plus the
-    record of the rounds (``sequential``)."""
-    import sys
-
-    stream = stream or sys.stdout
-    figure, began = TRAINING_FIGURES[name], time.time()
-    comparisons = figure_comparisons(figure)
-    plan = design(looks_of(cap, rounds), cap, ALPHA, len(comparisons))
-    sweep = runner.launcher_overrides(hydra_overrides, workers)
-    print("\n".join(design_lines(plan, comparisons)), file=stream, flush=True)
-    decisions = {c: CONTINUE for c in comparisons}
-    record: dict = {"figure": name, "profile": profile, "design": plan.as_dict(),
-                    "comparisons": [c.name for c in comparisons], "rounds": [], "stopped": ""}
-    planned_all: dict[Path, runner.PlannedJob] = {}
-    failed: list[runner.PlannedJob] = []
-    previous = 0
-    for look, n in enumerate(plan.looks, 1):
-        seeds = range(previous, n)
-        jobs = round_jobs(name, profile, seeds, next_curves(comparisons, decisions), look == 1)
-        planned = runner.plan(jobs, root, overrides, sweep)
-        print(f"round {look}: seeds {seeds.start}-{seeds.stop - 1} of {len(planned)} job(s), "
-              f"{sum(p.completed for p in planned)} already completed; runs under "
-              f"{runner.show(Path(root))}", file=stream, flush=True)
-        if dry_run:
-            runner.print_plan(planned, stream, workers)
-            return {"jobs": planned, "completed": sum(p.completed for p in planned),
-                    "pending": sum(not p.completed for p in planned), "trained": 0,
-                    "failed": [], "artefacts": {}, "sequential": record}
-        failed = runner.train_pending(planned, sweep, stream, progress_every_s)
-        planned_all.update({p.run_dir: p for p in planned})
-        if failed:
-            record["stopped"] = (f"Stopped in round {look}: {len(failed)} job(s) failed; a "
-                                 "re-run retries them and replays the rounds from the runs")
-            break
-        undecided = [c for c in comparisons if decisions[c] == CONTINUE]
-        stats = look_statistics(figure, undecided, runner.completed_roles(planned_all.values()), n)
-        now = decide_look(plan, look, stats)
-        decisions.update(now)
-        print(round_line(look, plan, stats, now), file=stream, flush=True)
-        record["rounds"].append(_round_record(look, seeds, planned, plan, stats, now))
-        previous = n
-        if CONTINUE not in decisions.values():
-            record["stopped"] = (f"Every comparison decided after round {look} ({n} runs per "
-                                 f"side at most; cap {cap})")
-            break
-    artefacts = _finish(name, planned_all, record, Path(out), report_options, overrides, stream)
-    print(f"finished {name} in {format_clock(time.time() - began)}", file=stream, flush=True)
-    done = [p for p in planned_all.values() if p.completed]
-    return {"jobs": list(planned_all.values()), "completed": len(done),
-            "pending": len(planned_all) - len(done), "trained": len(done), "failed": failed,
-            "artefacts": {name: artefacts}, "sequential": record}
-
-
-def _finish(name: str, planned: Mapping[Path, runner.PlannedJob], record: dict, out: Path,
-            report_options: dict | None, overrides: Sequence[str], stream: TextIO) -> dict:
-    """Draw the figure from every completed run of the rounds, then write the record into
-    ``sequential.json`` and a section of ``summary.md``."""
-    from experiments import figures as draw
-
-    roles = runner.completed_roles(planned.values())
-    target = out / name
-    cache_dir = next((o.partition("=")[2] for o in overrides if o.startswith("paths.cache=")),
-                     None)
-    try:
-        artefacts = draw.render(name, roles, target, expected_runs=len(planned),
-                                report_options=report_options or {}, cache_dir=cache_dir)
-    except Exception as err:  # noqa: BLE001  (the record is written whatever the figure does)
-        artefacts = {"error": f"{type(err).__name__}: {err}"}
-        print(f"{name}: rendering FAILED: {artefacts['error']}", file=stream)
-    target.mkdir(parents=True, exist_ok=True)
-    record["decisions"] = final_decisions(record)
-    (target / SEQUENTIAL_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    summary = target / "summary.md"
-    fresh = "error" not in artefacts and summary.is_file()  # else one of an earlier command
-    text = summary.read_text() if fresh else f"# {name}\n"
-    summary.write_text(text.rstrip("\n") + "\n\n" + "\n".join(summary_lines(record)))
-    artefacts["sequential"] = target / SEQUENTIAL_FILE
-    artefacts["summary"] = summary
-    if "error" not in artefacts:
-        runner.print_artefacts(name, artefacts, len(planned), len(roles), stream)
-    return artefacts

@@ -1,4 +1,5 @@
-"""Job lists of the paper figures, and the command that trains what is missing and draws them.
+"""The command that trains what the paper figures miss and draws them (their job lists:
+``experiments.jobs``; the ``--seeds auto`` design: ``experiments.rounds``).
 
     python -m experiments fig9 --profile quick -j 2        # 27 plume-train jobs, then figures
     python -m experiments fig9 hydra/launcher=submitit_slurm hydra.launcher.partition=cpu
@@ -44,22 +45,31 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from experiments.catalog import (
-    DESCRIPTIONS,
-    FIG10_DATASETS,
-    FIGURES,
-    PROFILES,
-    SAMPLER_LABELS,
-    SEEDS,
-    TRAINING_FIGURES,
-    Figure,
+from experiments import rounds
+from experiments.catalog import DESCRIPTIONS, FIGURES, PROFILES, TRAINING_FIGURES
+from experiments.jobs import NAMES, Job, figure_jobs, groups_problem
+from experiments.rounds import (
+    SEQUENTIAL_FILE,
+    decide_look,
+    design_lines,
+    figure_comparisons,
+    final_decisions,
+    look_statistics,
+    looks_of,
+    next_curves,
+    round_jobs,
+    round_line,
+    round_record,
+    summary_lines,
 )
 from plume.harness.train import format_clock
+from plume.report.inference import ALPHA
+from plume.report.sequential import CONTINUE, design
 from plume.runs.record import (
     COMPLETED,
     FAILED,
@@ -78,42 +88,6 @@ from plume.runs.record import (
 warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/\w+' is validated against "
                         "ConfigStore schema", category=UserWarning)
 
-NAMES = (*FIGURES, "all")
-
-
-@dataclass(frozen=True)
-class Job:
-    """One run: ``plume-train experiment=<experiment> <overrides> seed=<seed>``, or with
-    ``config="eval"`` one ``plume-eval <overrides>`` (a classic controller). ``group`` and
-    ``label`` say what it draws in its figure; they are not part of the job's identity, so
-    figures that share a run share the job."""
-
-    experiment: str
-    overrides: tuple[str, ...]
-    seed: int
-    config: str = "train"
-    group: str = field(default="", compare=False)
-    label: str = field(default="", compare=False)
-
-    def args(self, root: str | Path, extra: Sequence[str] = ()) -> list[str]:
-        head = [f"experiment={self.experiment}"] if self.experiment else []
-        extra = extra if self.config == "train" else [e for e in extra if _eval_key(e)]
-        return [*head, *self.overrides, *extra, f"seed={self.seed}", f"paths.root={root}"]
-
-    def axis(self, key: str) -> str | None:
-        for override in self.overrides:
-            name, _, value = override.partition("=")
-            if name == key:
-                return value
-        return None
-
-
-def _eval_key(override: str) -> bool:
-    """Whether a job override also applies to ``plume-eval``: env keys but the number of
-    training copies (a test env has one copy per trace), paths, overwrite."""
-    key = override.partition("=")[0].lstrip("+~")
-    return key.split(".")[0] in ("env", "paths", "overwrite") and key != "env.n_envs"
-
 
 @dataclass
 class PlannedJob:
@@ -130,49 +104,6 @@ class PlannedJob:
     @property
     def completed(self) -> bool:
         return self.state == COMPLETED
-
-
-def experiment(base: str, profile: str) -> str:
-    """Name of the experiment config of ``base`` in ``profile``."""
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    return base if profile == "paper" else f"{base}_quick"
-
-
-def figure_jobs(name: str, profile: str = "quick", n_seeds: int | None = None,
-                groups: Sequence[str] | None = None) -> list[Job]:
-    """The jobs figure ``name`` needs in ``profile`` (n_seeds replaces the profile's and the
-    groups' seed counts; ``groups``: only those groups of a training figure): its curves'
-    plume-train runs, then its controllers' plume-eval runs."""
-    if groups is not None and (why := groups_problem(name, groups)):
-        raise ValueError(why)
-    if name not in NAMES:
-        raise ValueError(f"unknown figure {name!r}; valid: {', '.join(NAMES)}")
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    if name == "all":
-        unique: dict[Job, None] = {}
-        for figure in FIGURES:
-            unique.update(dict.fromkeys(figure_jobs(figure, profile, n_seeds)))
-        return list(unique)
-    if name == "fig10":  # fig9's PPO Plume-Dynamic runs on two datasets
-        return [Job(experiment("fig9", profile), (f"env.dataset={d}", "sampler=plume_dynamic"),
-                    seed, group=d, label=SAMPLER_LABELS["plume_dynamic"])
-                for d in FIG10_DATASETS for seed in range(n_seeds or SEEDS[profile])]
-    if name in TRAINING_FIGURES:
-        return _training_jobs(TRAINING_FIGURES[name].only(groups), profile, n_seeds)
-    return []  # fig7, fig11, fig12, fig13 draw datasets only
-
-
-def _training_jobs(figure: Figure, profile: str, n_seeds: int | None) -> list[Job]:
-    jobs = [Job(experiment(curve.base, profile), curve.overrides, seed, group=group.key,
-                label=curve.label)
-            for group in figure.groups for curve in group.curves
-            for seed in range(n_seeds or max(SEEDS[profile], group.seeds))]
-    jobs += [Job("", (f"env={group.env}", *group.env_overrides, f"controller={name}"), 0,
-                 config="eval", group=group.key, label=name)
-             for group in figure.groups for name in group.controllers]
-    return jobs
 
 
 def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
@@ -658,6 +589,94 @@ def print_artefacts(figure: str, artefacts: dict, wanted: int, have: int,
     stream.flush()
 
 
+def run_auto(name: str, profile: str = "quick", workers: int = 2, root: str | Path = "runs",
+             out: str | Path = "reports", *, cap: int = 20, rounds: Sequence[int] | None = None,
+             dry_run: bool = False, overrides: Sequence[str] = (),
+             report_options: dict | None = None, hydra_overrides: Sequence[str] = (),
+             stream: TextIO | None = None, progress_every_s: float = 30.0) -> dict:
+    """The whole ``--seeds auto`` command (its design and looks: ``experiments.rounds``);
+    returns what :func:`run` returns, plus the record of the rounds (``sequential``)."""
+    stream = stream or sys.stdout
+    figure, began = TRAINING_FIGURES[name], time.time()
+    comparisons = figure_comparisons(figure)
+    scheme = design(looks_of(cap, rounds), cap, ALPHA, len(comparisons))
+    sweep = launcher_overrides(hydra_overrides, workers)
+    print("\n".join(design_lines(scheme, comparisons)), file=stream, flush=True)
+    decisions = {c: CONTINUE for c in comparisons}
+    record: dict = {"figure": name, "profile": profile, "design": scheme.as_dict(),
+                    "comparisons": [c.name for c in comparisons], "rounds": [], "stopped": ""}
+    planned_all: dict[Path, PlannedJob] = {}
+    failed: list[PlannedJob] = []
+    previous = 0
+    for look, n in enumerate(scheme.looks, 1):
+        seeds = range(previous, n)
+        curves = next_curves(comparisons, decisions)
+        jobs = round_jobs(name, profile, seeds, curves, look == 1)
+        planned = plan(jobs, root, overrides, sweep)
+        print(f"round {look}: seeds {seeds.start}-{seeds.stop - 1} of {len(planned)} job(s), "
+              f"{sum(p.completed for p in planned)} already completed; runs under "
+              f"{show(Path(root))}", file=stream, flush=True)
+        if dry_run:
+            print_plan(planned, stream, workers)
+            return {"jobs": planned, "completed": sum(p.completed for p in planned),
+                    "pending": sum(not p.completed for p in planned), "trained": 0,
+                    "failed": [], "artefacts": {}, "sequential": record}
+        failed = train_pending(planned, sweep, stream, progress_every_s)
+        planned_all.update({p.run_dir: p for p in planned})
+        if failed:
+            record["stopped"] = (f"Stopped in round {look}: {len(failed)} job(s) failed; a "
+                                 "re-run retries them and replays the rounds from the runs")
+            break
+        undecided = [c for c in comparisons if decisions[c] == CONTINUE]
+        stats = look_statistics(figure, undecided, completed_roles(planned_all.values()), n)
+        now = decide_look(scheme, look, stats)
+        decisions.update(now)
+        print(round_line(look, scheme, stats, now), file=stream, flush=True)
+        record["rounds"].append(round_record(look, seeds, len(planned), scheme, stats, now))
+        previous = n
+        if CONTINUE not in decisions.values():
+            record["stopped"] = (f"Every comparison decided after round {look} ({n} runs per "
+                                 f"side at most; cap {cap})")
+            break
+    artefacts = _finish_rounds(name, planned_all, record, Path(out), report_options, overrides,
+                               stream)
+    print(f"finished {name} in {format_clock(time.time() - began)}", file=stream, flush=True)
+    done = [p for p in planned_all.values() if p.completed]
+    return {"jobs": list(planned_all.values()), "completed": len(done),
+            "pending": len(planned_all) - len(done), "trained": len(done), "failed": failed,
+            "artefacts": {name: artefacts}, "sequential": record}
+
+
+def _finish_rounds(name: str, planned: Mapping[Path, PlannedJob], record: dict, out: Path,
+                   report_options: dict | None, overrides: Sequence[str], stream: TextIO) -> dict:
+    """Draw the figure from every completed run of the rounds, then write the record into
+    ``sequential.json`` and a section of ``summary.md``."""
+    from experiments import figures as draw
+
+    roles = completed_roles(planned.values())
+    target = out / name
+    cache_dir = next((o.partition("=")[2] for o in overrides if o.startswith("paths.cache=")),
+                     None)
+    try:
+        artefacts = draw.render(name, roles, target, expected_runs=len(planned),
+                                report_options=report_options or {}, cache_dir=cache_dir)
+    except Exception as err:  # noqa: BLE001  (the record is written whatever the figure does)
+        artefacts = {"error": f"{type(err).__name__}: {err}"}
+        print(f"{name}: rendering FAILED: {artefacts['error']}", file=stream)
+    target.mkdir(parents=True, exist_ok=True)
+    record["decisions"] = final_decisions(record)
+    (target / SEQUENTIAL_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    summary = target / "summary.md"
+    fresh = "error" not in artefacts and summary.is_file()  # else one of an earlier command
+    text = summary.read_text() if fresh else f"# {name}\n"
+    summary.write_text(text.rstrip("\n") + "\n\n" + "\n".join(summary_lines(record)))
+    artefacts["sequential"] = target / SEQUENTIAL_FILE
+    artefacts["summary"] = summary
+    if "error" not in artefacts:
+        print_artefacts(name, artefacts, len(planned), len(roles), stream)
+    return artefacts
+
+
 def _seeds_option(text: str) -> int | str:
     """``--seeds``: a number of seeds (>= 1) or ``auto``."""
     if text == "auto":
@@ -673,18 +692,6 @@ def _groups_option(text: str) -> list[str]:
     if not all(keys):
         raise argparse.ArgumentTypeError(f"group keys separated by commas, got {text!r}")
     return keys
-
-
-def groups_problem(name: str, groups: Sequence[str]) -> str | None:
-    """Why figure ``name`` has no such ``groups`` to choose (None: it has)."""
-    if name not in TRAINING_FIGURES:
-        return (f"groups are chosen from a training figure ({', '.join(TRAINING_FIGURES)}); "
-                f"{name} has none")
-    try:
-        TRAINING_FIGURES[name].only(groups)
-    except ValueError as err:
-        return str(err)
-    return None
 
 
 def _rounds_option(text: str) -> list[int]:
@@ -750,7 +757,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from experiments import rounds
     from plume.harness.schema import ConfigError
 
     if args.jobs < 1:
@@ -772,7 +778,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep = [o for o in args.overrides if o.lstrip("+~").startswith("hydra")]
     jobs = [*args.override, *(o for o in args.overrides if o not in sweep)]
     try:
-        result = rounds.run_auto(
+        result = run_auto(
             args.name, args.profile, args.jobs, args.root, args.out,
             cap=args.seeds_cap or rounds.DEFAULT_CAP,
             rounds=args.seeds_rounds, dry_run=args.dry_run, overrides=jobs,

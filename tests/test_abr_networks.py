@@ -1,4 +1,4 @@
-"""The paper's ABR feature extractors (plume.agents.abr_networks) and ActorCritic's shared
+"""The paper's ABR feature extractors (plume.envs.abr.networks) and ActorCritic's shared
 extractor path (plume.agents.networks.ActorCritic(network=...))."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from plume.agents.abr_networks import EXTRACTORS, GelatoExtractor, PensieveExtractor
 from plume.agents.networks import ActorCritic, feature_extractor, mlp
+from plume.envs.abr.networks import EXTRACTORS, GelatoExtractor, PensieveExtractor
 from plume.envs.registry import get_env
 
 GELATO_DIM, PENSIEVE_DIM = 260, 48

@@ -33,16 +33,17 @@ Each algorithm also names its hyperparameter dataclass (``CONFIG``): the harness
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from plume.agents.networks import ACTIVATIONS, NETWORKS
+from plume import checks
+from plume.agents.networks import ACTIVATIONS, network_names
 
 
 @dataclass(frozen=True)
@@ -143,57 +144,55 @@ def check_finite(updates: int, metrics: dict[str, Any],
 
 
 def check_budget(name: str, value: Any) -> int:
-    """``value`` as a positive int, or ValueError naming ``name``."""
+    """``value`` as a positive int, or a ValueError (``plume.checks.FieldError``) naming
+    ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        checks.fail(name, value, "a positive integer")
     return int(value)
 
 
-# Checks every algorithm's config dataclass runs in __post_init__ (ValueError naming the field)
+# The checks every algorithm's config dataclass runs in __post_init__: plume.checks on a field,
+# failing as a plain ValueError that names "<Config>.<field>" (a FieldError would be renamed
+# "algo.<field>" by the schema, which reports an algo error as it stands, under "algo:").
+def _field(config: Any, name: str, check: Callable[..., Any], *args: Any) -> Any:
+    """``check(f"<Config>.{name}", value, *args)`` on the field ``name`` of ``config``."""
+    try:
+        return check(f"{type(config).__name__}.{name}", getattr(config, name), *args)
+    except checks.FieldError as err:
+        raise ValueError(str(err)) from None
+
+
 def fail_field(config: Any, name: str, expected: str) -> None:
-    raise ValueError(
-        f"{type(config).__name__}.{name} must be {expected}, got {getattr(config, name)!r}")
+    """Raise ``<Config>.<name> must be <expected>, got <value>`` (always raises)."""
+    _field(config, name, checks.fail, expected)
 
 
 def check_real(config: Any, name: str) -> float:
-    """The field ``name`` of ``config`` as a float, or ValueError naming it."""
-    v = getattr(config, name)
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or math.isnan(v):
-        fail_field(config, name, "a real number")
-    return float(v)
+    """The field ``name`` of ``config`` as a float (NaN refused, infinity allowed)."""
+    return _field(config, name, checks.real)
 
 
 def check_int(config: Any, name: str, minimum: int) -> None:
-    v = getattr(config, name)
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
-        fail_field(config, name, f"an integer >= {minimum}")
+    """The field ``name`` made an int >= ``minimum``."""
+    setattr(config, name, _field(config, name, checks.integer, minimum))
 
 
 def check_bool(config: Any, *names: str) -> None:
     for name in names:
-        if not isinstance(getattr(config, name), (bool, np.bool_)):
-            fail_field(config, name, "a bool")
+        _field(config, name, checks.boolean)
 
 
 def check_sizes(config: Any, name: str) -> None:
     """The field ``name`` as a tuple of positive ints (lists from YAML become tuples)."""
-    try:
-        sizes = tuple(getattr(config, name))
-    except TypeError:
-        fail_field(config, name, "a sequence of positive integers")
-    if not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
-               for h in sizes):
-        fail_field(config, name, "a sequence of positive integers")
-    setattr(config, name, tuple(int(h) for h in sizes))
+    setattr(config, name, _field(config, name, checks.sizes))
 
 
 def check_network(config: Any) -> None:
     """``hidden_sizes`` (made a tuple), ``activation``, ``network`` and ``device``."""
     check_sizes(config, "hidden_sizes")
-    if config.activation not in ACTIVATIONS:
-        fail_field(config, "activation", f"one of {sorted(ACTIVATIONS)}")
-    if config.network not in NETWORKS:
-        fail_field(config, "network", f"one of {list(NETWORKS)}")
+    _field(config, "activation", checks.choice, sorted(ACTIVATIONS))
+    if config.network not in network_names():
+        fail_field(config, "network", f"one of {list(network_names())}")
     try:
         device = torch.device(config.device)
     except (RuntimeError, TypeError):

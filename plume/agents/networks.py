@@ -5,8 +5,8 @@ convention: hidden layers gain sqrt(2), biases zero, the output layer a caller-c
 0.01 for policy heads so the initial policy is near uniform, 1.0 for value heads).
 
 ``ActorCritic`` holds an actor and a critic, built from Gymnasium spaces: two separate MLPs
-(``network="mlp"``) or, for the ABR networks, one shared feature extractor with separate MLP
-heads (see the class docstring):
+(``network="mlp"``) or, for a network an environment declares (``EnvSpec.networks``), one
+shared feature extractor with separate MLP heads (see the class docstring):
 
 - observation space: a flat (1-D) ``Box``;
 - action space: ``Discrete(n, start)`` -> categorical over ``n`` logits, or a flat ``Box`` ->
@@ -19,7 +19,9 @@ sample. :meth:`ActorCritic.to_env` maps policy actions to what the environment a
 ``Discrete.start``; clips ``Box`` actions to the bounds). Store policy actions in rollouts,
 step the environment with ``to_env(actions)``.
 
-The networks know nothing about traces, samplers or environments beyond their spaces.
+The networks know nothing about traces, samplers or environments beyond their spaces: a
+network name other than ``mlp`` is resolved through the environment registry
+(:func:`network_names`, :func:`feature_extractor`), whose specs load their extractors lazily.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from plume.envs.registry import declared_networks
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "gelu": nn.GELU,
 }
-NETWORKS = ("mlp", "gelato", "pensieve")
-"""``mlp``: plain MLPs over the flat observation; ``gelato`` / ``pensieve``: the paper's ABR
-feature extractors (:mod:`plume.agents.abr_networks`) followed by MLP heads."""
+MLP = "mlp"
+"""The agents' own network: plain MLPs over the flat observation."""
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
@@ -70,25 +73,30 @@ def mlp(
     return nn.Sequential(*layers)
 
 
+def network_names() -> tuple[str, ...]:
+    """Every valid ``network``: ``mlp`` and each network an environment declares."""
+    return (MLP, *declared_networks())
+
+
 def feature_extractor(
     network: str, obs_dim: int, hidden_sizes: Sequence[int], activation: str
 ) -> tuple[nn.Module, int]:
     """``(module, out_dim)`` mapping flat observations ``(B, obs_dim)`` to features ``(B,
     out_dim)``. ``mlp``: hidden layers of ``hidden_sizes`` with ``activation`` (the identity
-    when empty); ``gelato`` / ``pensieve``: the paper's convolutional extractors, which check
-    that ``obs_dim`` is their environment's observation (heads on top use ``hidden_sizes``)."""
-    if network == "mlp":
+    when empty); another name: the extractor an environment declares for it, built as
+    ``cls(obs_dim)``, which checks that ``obs_dim`` is its observation (heads on top use
+    ``hidden_sizes``)."""
+    if network == MLP:
         sizes = [int(obs_dim), *(int(h) for h in hidden_sizes)]
         if len(sizes) == 1:
             return nn.Identity(), int(obs_dim)
         body = mlp(sizes[0], sizes[1:-1], sizes[-1], activation, out_gain=math.sqrt(2.0))
         return nn.Sequential(*body, ACTIVATIONS[activation]()), sizes[-1]
-    if network in ("gelato", "pensieve"):
-        from plume.agents.abr_networks import EXTRACTORS
-
-        module = EXTRACTORS[network](int(obs_dim))
+    declared = declared_networks()
+    if network in declared:
+        module = declared[network]()(int(obs_dim))
         return module, int(module.out_dim)
-    raise ValueError(f"network must be one of {NETWORKS}, got {network!r}")
+    raise ValueError(f"network must be one of {network_names()}, got {network!r}")
 
 
 def mixed_precision(module: nn.Module, x: torch.Tensor, dtype: torch.dtype | None):
@@ -114,8 +122,8 @@ class ActorCritic(nn.Module):
     """Actor and critic for a flat ``Box`` observation space.
 
     ``network="mlp"`` (default): two separate MLPs over the flat observation, ``self.actor``
-    and ``self.critic``. ``network="gelato"`` / ``"pensieve"``: one feature extractor of
-    :mod:`plume.agents.abr_networks` shared by the two (Stable-Baselines3's
+    and ``self.critic``. Another network (one an environment declares, :func:`network_names`):
+    its feature extractor shared by the two (Stable-Baselines3's
     ``share_features_extractor``), then separate MLP heads: ``self.actor = Sequential(extractor,
     policy_head)`` and ``self.critic = Sequential(extractor, value_head)`` hold the *same*
     extractor module, so both losses' gradients reach it and the optimiser sees its parameters
@@ -123,15 +131,14 @@ class ActorCritic(nn.Module):
     ``critic.0.*``, which load back into the one module). Calling ``self.actor`` and
     ``self.critic`` separately (``dist``, ``value``, ``sample_actions``) runs the extractor
     once each; :meth:`act` and :meth:`evaluate` compute the features once and apply both heads.
-    The paper's heads: ``hidden_sizes=[256]`` for Gelato, ``[128]`` for Pensieve, ReLU.
 
     Args:
         observation_space: flat ``gymnasium.spaces.Box`` (one observation, not a batch).
         action_space: ``Discrete`` or flat ``Box`` (one action, not a batch).
-        hidden_sizes, activation: hidden layers of both MLPs / heads (see :func:`mlp`); the
-            ABR extractors have their own layers and ReLUs.
+        hidden_sizes, activation: hidden layers of both MLPs / heads (see :func:`mlp`); an
+            environment's extractor has its own layers and activations.
         log_std_init: initial log standard deviation of the Gaussian (``Box`` actions only).
-        network: one of :data:`NETWORKS`.
+        network: one of :func:`network_names`.
 
     All methods take batched observations ``(B, obs_dim)`` float32 tensors.
     """
@@ -146,8 +153,8 @@ class ActorCritic(nn.Module):
         network: str = "mlp",
     ) -> None:
         super().__init__()
-        if network not in NETWORKS:
-            raise ValueError(f"network must be one of {NETWORKS}, got {network!r}")
+        if network not in network_names():
+            raise ValueError(f"network must be one of {network_names()}, got {network!r}")
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
             raise ValueError(
                 "ActorCritic needs a flat Box observation space (shape (obs_dim,)), "
@@ -156,7 +163,7 @@ class ActorCritic(nn.Module):
         self.obs_dim = int(observation_space.shape[0])
         self.network = network
         self.update_dtype: torch.dtype | None = None  # see evaluate()
-        self.shared = network != "mlp"
+        self.shared = network != MLP
         if self.shared:
             # The shared extractor draws its random initialisation before both heads.
             extractor, feature_dim = feature_extractor(network, self.obs_dim, (), activation)

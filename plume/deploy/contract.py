@@ -11,8 +11,9 @@ and the SHA-256 of the contract's own content (canonical JSON of everything but 
 hash). :func:`read_contract` recomputes both, so a damaged or edited export (a torn copy, a
 NaN typed into a constant, a shifted ``greedy.start``, another model dropped in) is refused
 in one line before anything acts on it. JSON's non-standard ``NaN`` / ``Infinity`` are refused
-when read and never written. Reading a contract never executes anything: it is JSON, and the
-runtime maps the environment name to its own built-in session classes.
+when read and never written. Reading a contract never executes anything: it is JSON; a
+built-in environment's session comes from plume's own registry, a user's only from the spec
+its caller passes.
 """
 
 from __future__ import annotations

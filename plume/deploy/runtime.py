@@ -6,11 +6,14 @@ without torch.
     ctrl.decide({"last": None, "next_sizes_mb": ..., "next_ssim_db": ...})  # ABR, gelato
     ctrl.decide({"last": {...}, "next_sizes_mb": ..., "next_ssim_db": ...})
 
-A controller is a session (``plume.deploy.sessions``: raw measurements -> the observation,
-built by the simulator's own code; the action -> the real system's units) and a policy: the
-exported ONNX model run by onnxruntime with the contract's greedy rule, or a classic
-controller by name (evaluated on the same observation, as in the simulator). Needs numpy and
-onnxruntime (the ``deploy`` extra) and nothing that trains.
+A controller is a session (the class its environment declares, ``EnvSpec.deploy``: raw
+measurements -> the observation, built by the simulator's own code; the action -> the real
+system's units) and a policy: the exported ONNX model run by onnxruntime with the contract's
+greedy rule, or a classic controller by name (evaluated on the same observation, as in the
+simulator). A built-in environment is found by the contract's name in the fixed registry; a
+user's environment is never imported from a contract: its caller passes the spec
+(``load_controller(folder, spec=SPEC)``). Needs numpy and onnxruntime (the ``deploy`` extra) and
+nothing that trains.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from plume.deploy.contract import ContractError, contract_file, read_contract
-from plume.deploy.sessions import MeasurementError, has_session, no_session_reason, session_for
-from plume.deploy.verify import check_contract
+from plume.deploy.sessions import MeasurementError, deployment_of, no_session_reason, session_for
+from plume.deploy.verify import check_contract, contract_spec
 
 __all__ = ["ContractError", "DeployedController", "MeasurementError", "OnnxPolicy",
            "RulePolicy", "load_controller"]
@@ -99,11 +102,11 @@ class RulePolicy:
     rule that reads the simulator's state (``bind(env)``) is bound to the session, which
     offers the same public state from the measurements."""
 
-    def __init__(self, contract: dict[str, Any]) -> None:
-        from plume.envs.registry import get_env
-
+    def __init__(self, contract: dict[str, Any], spec) -> None:
         env, name = contract["env"], contract["policy"]["controller"]
-        spec = get_env(env["name"])
+        if spec is None:
+            raise ContractError(f"env {env['name']!r} is not built in: its rule {name!r} needs "
+                                "the env's spec (load_controller(..., spec=SPEC))")
         if name not in spec.controllers:
             raise ContractError(f"env {spec.name!r} has no controller {name!r}")
         if name == spec.oracle_controller:
@@ -129,9 +132,14 @@ class DeployedController:
     :meth:`fork` gives another session on the same policy (a server with many clients
     loads the model once)."""
 
-    def __init__(self, contract: dict[str, Any], policy, session, new_session=None) -> None:
+    def __init__(self, contract: dict[str, Any], policy, session, new_session=None,
+                 spec=None, protocols: tuple[str, ...] = ()) -> None:
         self.contract, self.policy, self.session = contract, policy, session
         self._new_session = new_session
+        self.spec = spec
+        """The environment's EnvSpec (None: a user's environment loaded without it)."""
+        self.protocols = protocols
+        """The ``plume-serve`` protocols the session speaks (``Deployment.protocols``)."""
         self.observation: np.ndarray | None = None
         """The last observation built (1, obs_dim) float32."""
 
@@ -160,7 +168,7 @@ class DeployedController:
         from one thread at a time (the Pensieve server decides in one thread)."""
         session = self._new_session()
         return DeployedController(self.contract, self.policy.bind_to(session), session,
-                                  self._new_session)
+                                  self._new_session, self.spec, self.protocols)
 
     def act_observation(self, obs: np.ndarray) -> np.ndarray:
         """The policy's environment actions for observations built elsewhere (B, obs_dim)."""
@@ -173,34 +181,39 @@ class DeployedController:
 
 
 def load_controller(path: str | Path, *, threads: int = 1,
-                    clip_bps: tuple[float, float] | None = None) -> DeployedController:
+                    clip_bps: tuple[float, float] | None = None,
+                    spec=None) -> DeployedController:
     """The controller of an export directory (``plume-export``'s output), checked before its
     first decision: the seal (model and contract hashes), the environment's own definition,
     the policy's shapes, the model's signature and the session's constants; ContractError in
     one line for anything damaged or edited. ``clip_bps`` (CC only) replaces the training
-    clip of the sending rate, e.g. PCC-RL's (0.5e6, 300e6)."""
+    clip of the sending rate, e.g. PCC-RL's (0.5e6, 300e6). ``spec``: the EnvSpec of a user's
+    environment (a built-in one is found by name; nothing the contract names is imported)."""
     file = contract_file(path)
     contract = read_contract(file)
     where = str(file)
-    check_contract(contract, where)
+    check_contract(contract, where, spec)
+    spec = contract_spec(contract, spec)
     policy_section = contract["policy"]
     if policy_section["kind"] == "model":
         policy = OnnxPolicy(file.parent / policy_section["files"]["onnx"], policy_section,
                             threads)
     else:
-        policy = RulePolicy(contract)
+        policy = RulePolicy(contract, spec)
     options = {"clip_bps": _clip(clip_bps)} if clip_bps is not None else {}
-    if not has_session(contract):
-        def new_session():
+    deployment = deployment_of(contract, spec)
+
+    def new_session():
+        if deployment is None:
             return _ObservationOnly(contract, no_session_reason(contract))
-    else:
-        def new_session():
-            return session_for(contract, **options)
+        return session_for(contract, spec, **options)
+
     try:
         session = new_session()
     except ContractError as err:
         raise ContractError(f"{where}: {err}") from None
-    return DeployedController(contract, policy.bind_to(session), session, new_session)
+    return DeployedController(contract, policy.bind_to(session), session, new_session, spec,
+                              deployment.protocols if deployment is not None else ())
 
 
 def _clip(clip_bps: tuple[float, float]) -> tuple[float, float]:
@@ -216,8 +229,9 @@ def _first_line(err: BaseException) -> str:
 
 
 class _ObservationOnly:
-    """An environment without a deployment session (TraceBench, a user's env): the policy
-    still answers observations through ``act_observation``."""
+    """An environment without a deployment session (its spec declares no deploy slice for the
+    variant, or a user's env loaded without its spec): the policy still answers observations
+    through ``act_observation``."""
 
     def __init__(self, contract: dict[str, Any], why: str) -> None:
         self.why = why

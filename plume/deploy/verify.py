@@ -13,8 +13,9 @@ that what was written can be acted on:
   the action space's start) or one per action dimension (``clip`` with finite bounds).
 
 A user's environment (not built in) is never imported from a contract (that would run its
-code): only the policy's own consistency is checked, and the runtime serves it through
-``act_observation``.
+code): the caller passes its EnvSpec (``load_controller(folder, spec=SPEC)``), which is then
+checked like a built-in one; without it only the policy's own consistency is checked, and the
+runtime serves it through ``act_observation``.
 """
 
 from __future__ import annotations
@@ -25,16 +26,33 @@ from typing import Any
 
 from plume.deploy.contract import ContractError
 
-__all__ = ["check_contract", "env_description", "first_difference"]
+__all__ = ["check_contract", "contract_spec", "env_description", "first_difference"]
 
 PROSE_KEYS_KEPT = ("kind", "dtype", "order", "name", "unit")
 """String values compared with the environment's definition; other strings are prose."""
 
 
-def check_contract(contract: dict[str, Any], where: str) -> None:
+def contract_spec(contract: dict[str, Any], spec=None):
+    """The EnvSpec a contract is checked and served with: ``spec`` (a user's environment,
+    passed by the caller: its name must be the contract's), else the built-in environment
+    the contract names, resolved through the fixed registry ``ENV_PACKAGES`` (reading a
+    contract never imports a module it names); None for a user's environment not passed."""
+    from plume.envs.registry import ENV_PACKAGES, get_env
+
+    env = contract.get("env") if isinstance(contract.get("env"), dict) else {}
+    if spec is not None:
+        if spec.name != env.get("name"):
+            raise ContractError(f"the contract is an export of env {env.get('name')!r}, not of "
+                                f"the spec passed ({spec.name!r})")
+        return spec
+    return get_env(env["name"]) if env.get("name") in ENV_PACKAGES else None
+
+
+def check_contract(contract: dict[str, Any], where: str, spec=None) -> None:
     """ContractError (one line, starting with ``where``) unless the contract agrees with its
-    environment's definition and its policy section with itself."""
-    _check_environment(contract, where)
+    environment's definition (``spec``, or the built-in one it names) and its policy section
+    with itself."""
+    _check_environment(contract, where, spec)
     if contract["policy"]["kind"] == "model":
         _check_model(contract, where)
 
@@ -82,19 +100,20 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _check_environment(contract: dict[str, Any], where: str) -> None:
-    from plume.envs.registry import ENV_PACKAGES, get_env
-
+def _check_environment(contract: dict[str, Any], where: str, spec) -> None:
     env = contract["env"]
     if not isinstance(env, dict) or not isinstance(env.get("params"), dict):
         raise ContractError(f"{where}: env must be an object with params")
-    if env.get("name") not in ENV_PACKAGES:
-        return  # a user's environment: never imported from a contract
-    spec = get_env(env["name"])
+    try:
+        spec = contract_spec(contract, spec)
+    except ContractError as err:
+        raise ContractError(f"{where}: {err}") from None
+    if spec is None:
+        return  # a user's environment whose spec was not passed: never imported from a contract
     try:
         params = spec.params(**env["params"])
     except (TypeError, ValueError) as err:
-        raise ContractError(f"{where}: env.params are not valid for env {env['name']}: "
+        raise ContractError(f"{where}: env.params are not valid for env {spec.name}: "
                             f"{err}") from None
     if env.get("variant") != getattr(params, "variant", None):
         raise ContractError(f"{where}: env.variant {env.get('variant')!r} does not match "

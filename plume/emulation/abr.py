@@ -8,8 +8,8 @@ namespace driven by the deployment runtime, one emulated link between them.
   rebuffer = max(delay - buffer, 0); buffer = max(buffer - delay, 0) + chunk length; above
   the cap the player sleeps, in real time, in 500 ms steps). The QoE per chunk is the env's
   reward. The runtime gets the raw measurements a dash.js player reports.
-* ``simulate``: the same controller in the simulator on the same traces, per chunk, for the
-  sim-to-emulation gap. Both sides aggregate per-chunk records with :func:`episode_fields`.
+* The scenario that runs these programs, simulates the same controller on the same traces and
+  aggregates both sides' per-chunk records is the environment's (``plume.envs.abr.emulate``).
 
 Pensieve's setting (``env.variant=pensieve``): the delay a chunk takes includes the request's
 round trip on the emulated link (the simulator adds its 80 ms RTT instead).
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["episode_fields", "play", "serve", "simulate"]
+__all__ = ["play", "serve"]
 
 DRAIN_QUANTUM_S = 0.5
 """Pensieve's sleep step when the buffer is above its cap."""
@@ -109,43 +109,6 @@ def play(export: str, host: str, port: int, chunks: int) -> list[dict[str, float
                                                 "delay_ms": delay_s * 1000.0,
                                                 "buffer_s": buffer_s}})
     conn.close()
-    return records
-
-
-def episode_fields(records: list[dict[str, float]], chunk_s: float) -> dict[str, float]:
-    """The env's episode fields (``plume.envs.abr`` SPEC) from per-chunk records."""
-    reward = np.array([r["reward"] for r in records])
-    return {"return": float(reward.sum()), "return_transformed": float(reward.sum()),
-            "first_return": float(reward[0]),
-            "quality": float(sum(r["quality"] for r in records)),
-            "stall": float(sum(r["stall"] for r in records)),
-            "change": float(sum(r["change"] for r in records)),
-            "video_seconds": len(records) * chunk_s, "length": len(records),
-            "throughput_mbps": float(8e-6 * sum(r["size"] for r in records)
-                                     / sum(r["delay"] for r in records)),
-            "mean_level": float(np.mean([r["level"] for r in records]))}
-
-
-def simulate(export: str, traces, chunks: int) -> list[list[dict[str, float]]]:
-    """Per trace, the first ``chunks`` chunks of the controller's test episode in the
-    simulator, as per-chunk records (the same fields as :func:`play`'s)."""
-    from plume.deploy import load_controller
-    from plume.deploy.replay import simulator
-
-    env, policy = simulator(load_controller(export), traces)
-    records: list[list[dict[str, float]]] = [[] for _ in range(len(traces))]
-    obs, _ = env.reset()
-    for _ in range(chunks):
-        actions = np.asarray(policy(obs))
-        obs, *_ = env.step(actions)
-        step = env.last_step()
-        for i in range(len(traces)):
-            records[i].append({"level": int(actions[i]), "size": float(step["size"][i]),
-                               "delay": float(step["delay"][i]), "stall": float(step["stall"][i]),
-                               "buffer": float(step["buffer"][i]),
-                               "reward": float(step["reward"][i]),
-                               "quality": float(step["quality"][i]),
-                               "change": float(step["change"][i])})
     return records
 
 

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["MonitorInterval", "episode_fields", "mi_statistics", "receive", "send",
-           "simulate"]
+__all__ = ["MonitorInterval", "mi_statistics", "receive", "send"]
 
 PAYLOAD = 1472
 """UDP payload of a 1500-byte IP packet."""
@@ -144,46 +143,6 @@ def send(export: str, host: str, port: int, mis: int, rate_bps: float) -> list[d
             records.append({**stats, "rate_bps": flow.rate_bps, "reward": _reward(stats)})
         duration = max(0.5 * (records[-1]["latency_s"] if records else rtt), 0.005)
     return records[:mis]
-
-
-def simulate(export: str, traces, mis: int) -> tuple[list[list[dict]], list[float]]:
-    """The same controller on the same links in the fluid simulator: per trace, the first
-    ``mis`` MIs as records like :func:`send`'s, and each episode's initial rate (bit/s)."""
-    from plume.deploy import load_controller
-    from plume.deploy.replay import simulated_mi, simulator
-
-    env, policy = simulator(load_controller(export), traces)
-    bits = 8.0 * PACKET_BYTES
-    obs, _ = env.reset()
-    initial = [float(r) * bits for r in env.rate]
-    records: list[list[dict]] = [[] for _ in range(len(traces))]
-    for _ in range(mis):
-        obs, *_ = env.step(np.asarray(policy(obs)))
-        step = env.last_step()
-        for i in range(len(traces)):
-            stats = simulated_mi(step, i, bits)
-            records[i].append({**stats, "rate_bps": stats["sending_rate_bps"],
-                               "reward": float(step["reward"][i])})
-    return records, initial
-
-
-def episode_fields(records: list[dict], capacity_pps: float,
-                   reward_scale: float = 1.0) -> dict[str, float]:
-    """The CC env's episode fields (``plume.envs.cc`` SPEC) from per-MI records: sums and
-    means over the MIs, utilisation = packets delivered / the link's ``capacity_pps`` over
-    the flow's duration; ``score`` the mean reward per MI, plus throughput in Mbit/s."""
-    def mean(key: str) -> float:
-        return float(np.mean([r[key] for r in records]))
-
-    bits = 8.0 * PACKET_BYTES
-    delivered = sum(r["receiving_rate_bps"] * r["duration_s"] for r in records) / bits
-    duration = sum(r["duration_s"] for r in records)
-    total = float(sum(r["reward"] for r in records))
-    return {"return": total, "return_transformed": total * reward_scale,
-            "length": len(records), "throughput": mean("receiving_rate_bps") / bits,
-            "latency": mean("latency_s"), "loss": mean("loss"),
-            "utilisation": float(delivered / (capacity_pps * duration)),
-            "score": mean("reward"), "throughput_mbps": mean("receiving_rate_bps") / 1e6}
 
 
 def _complete(mi: MonitorInterval, flow: _Flow) -> bool:

@@ -13,14 +13,21 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-__all__ = ["METRICS", "MIN_TRACES", "gap_markdown", "gap_rows", "lateness_note",
+__all__ = ["MIN_TRACES", "gap_markdown", "gap_metrics", "gap_rows", "lateness_note",
            "per_trace_gaps"]
 
 MIN_TRACES = 5
-METRICS = {"abr": ("score", "mean_level", "stall", "throughput_mbps"),
-           "cc": ("score", "throughput_mbps", "latency", "loss")}
-"""The columns of an emulation's eval.parquet that the gap compares, per environment
-(``score`` is the env's score: QoE per chunk for ABR, reward per MI for CC)."""
+
+
+def gap_metrics(env: str) -> tuple[str, ...]:
+    """The columns of an emulation's eval.parquet that the gap compares for the built-in
+    environment ``env`` (its ``EnvSpec.emulation.metrics``, ``score`` first: the env's score);
+    none for an environment that is not built in or has no emulation."""
+    from plume.envs.registry import ENV_PACKAGES, get_env
+
+    if env not in ENV_PACKAGES or get_env(env).emulation is None:
+        return ()
+    return get_env(env).emulation.metrics
 
 
 def per_trace_gaps(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:

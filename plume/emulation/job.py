@@ -18,9 +18,9 @@ from typing import Any
 
 import pandas as pd
 
-from plume.emulation.gap import METRICS, gap_markdown, gap_rows, lateness_note, per_trace_gaps
+from plume.emulation.gap import gap_markdown, gap_rows, lateness_note, per_trace_gaps
 from plume.emulation.link import LATENESS_TOLERANCE_MS, Lateness
-from plume.emulation.scenarios import EMULATIONS, Emulation, emulate
+from plume.emulation.scenarios import Emulation, emulate, scenario_class
 from plume.runs.lifecycle import Outcome
 from plume.runs.record import EVAL_TABLE, LINK_LATENESS
 from plume.runs.store import RunDirectory
@@ -85,7 +85,7 @@ def emulate_into(job: EmulationJob, rundir: RunDirectory
     export = job.export or export_controller(job.spec.name, job.params, job.controller,
                                              rundir.path / "export")
     with tempfile.TemporaryDirectory(prefix="plume-emulation-") as tmp:
-        emulation: Emulation = EMULATIONS[job.spec.name](job.settings, job.traces, export,
+        emulation: Emulation = scenario_class(job.spec)(job.settings, job.traces, export,
                                                          Path(tmp))
         emulated, simulated, links = emulate(emulation, job.settings)
     lateness = link_lateness(links, [str(t) for t in job.traces.trace_ids],
@@ -98,7 +98,7 @@ def emulate_into(job: EmulationJob, rundir: RunDirectory
         [{"mode": mode, "trace": i, "step": k, **record}
          for mode, records in (("emulation", emulated), ("simulation", simulated))
          for i, steps in enumerate(records) for k, record in enumerate(steps)]))
-    metrics = METRICS[job.spec.name]
+    metrics = job.spec.emulation.metrics
     summary = pd.DataFrame(gap_rows(frame, metrics))
     per_trace = per_trace_gaps(frame, metrics)
     summary.to_csv(rundir.path / "gap.csv", index=False)

@@ -2,6 +2,12 @@
 runs in the two namespaces, the simulator's side of the same traces, and the env's episode
 fields from per-step records (the simulator's ``eval.parquet`` schema, with a ``mode``).
 
+The scenario classes belong to their environments (``EnvSpec.emulation``: the env's own
+``emulate.py``, e.g. ``plume.envs.abr.emulate``); this module holds their protocol
+(:class:`Emulation`), what they build on (:func:`eval_rows`, :func:`json_of`, :data:`PORT`)
+and the player of every scenario (:func:`emulate`). :func:`scenario_class` finds an
+environment's scenario through its spec.
+
 An emulation class states ``inside``: the side that starts the exchange (ABR's player, CC's
 sender). Mahimahi's shells (``emulation.link=mahimahi``) run that side inside them; Plume's
 link does not need it. :func:`emulate` also returns each session's link counters (with the
@@ -13,30 +19,30 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from plume.emulation import abr, cc
 from plume.emulation.emulator import Emulator
-from plume.emulation.link import LinkSpec, Schedule
+from plume.emulation.link import LinkSpec
 
-__all__ = ["EMULATIONS", "AbrEmulation", "CcEmulation", "Emulation", "emulate"]
+__all__ = ["PORT", "Emulation", "emulate", "eval_rows", "json_of", "scenario_class"]
 
 PORT = 8000
-UPLINK_MBPS = 12.0
-"""ABR's client-to-server direction (requests only): Pensieve's 12 Mbit/s uplink trace."""
-BITS_PER_PACKET = 1500 * 8
+"""The port the server-side program of a session listens on."""
 
 
 class Emulation(Protocol):
+    """A scenario, built as ``cls(settings, traces, export, folder)`` after
+    ``cls.check(params)`` accepted the env's parameters (ConfigError otherwise)."""
+
     inside: str
     traces: Any
+
+    @staticmethod
+    def check(params) -> None: ...
 
     def link_specs(self, index: int) -> tuple[LinkSpec, LinkSpec]: ...
     def session(self, link, index: int) -> list[dict]: ...
@@ -45,7 +51,7 @@ class Emulation(Protocol):
                    ) -> pd.DataFrame: ...
 
 
-def _rows(traces, fields: list[dict[str, float]], mode: str, test_set: str) -> pd.DataFrame:
+def eval_rows(traces, fields: list[dict[str, float]], mode: str, test_set: str) -> pd.DataFrame:
     """The simulator's eval.parquet columns (one row per trace) plus ``mode``."""
     frame = pd.DataFrame(fields)
     frame.insert(0, "test_set", test_set)
@@ -56,116 +62,20 @@ def _rows(traces, fields: list[dict[str, float]], mode: str, test_set: str) -> p
     return frame.assign(progress=1.0, env_steps=0, mode=mode)
 
 
-class AbrEmulation:
-    """ABR sessions (Pensieve's setting): the trace's bandwidth downstream, HTTP chunks, the
-    streaming player."""
-
-    inside = "client"
-
-    @staticmethod
-    def check(params) -> None:
-        from plume.harness.errors import ConfigError
-
-        if params.variant != "pensieve":
-            raise ConfigError("ABR emulation plays Pensieve's setting (its video, player "
-                              "and QoE): set env.variant=pensieve")
-
-    def __init__(self, settings, traces, export: Path, folder: Path) -> None:
-        from plume.deploy.contract import read_contract
-        from plume.envs.abr.video import VIDEO_SIZES
-
-        self.settings, self.traces, self.export = settings, traces, export
-        self.sizes_file = folder / "sizes.npy"
-        np.save(self.sizes_file, VIDEO_SIZES.T)  # (chunk, level) bytes
-        self.sizes_file.chmod(0o644)
-        self.chunk_s = float(read_contract(export)["constants"]["chunk_seconds"])
-
-    def link_specs(self, index: int) -> tuple[LinkSpec, LinkSpec]:
-        traces, length = self.traces, int(self.traces.lengths[index])
-        schedule = Schedule.from_bandwidth(traces.series["time"][index, :length],
-                                           traces.series["bandwidth"][index, :length],
-                                           float(traces.constants["period"][index]))
-        delay = self.settings.delay_ms
-        return (LinkSpec(schedule, delay, queue_packets=self.settings.queue_packets),
-                LinkSpec(Schedule.constant(UPLINK_MBPS), delay))
-
-    def session(self, link, index: int) -> list[dict]:
-        budget = 60.0 + self.settings.chunks * 30.0  # a chunk takes seconds on slow traces
-        link.popen("server", [sys.executable, "-m", "plume.emulation.abr", "serve", str(PORT),
-                              str(self.sizes_file), str(budget)])
-        time.sleep(0.5)
-        return _json_of(link.run("client", [sys.executable, "-m", "plume.emulation.abr", "play",
-                                            str(self.export), link.address("server"),
-                                            str(PORT), str(self.settings.chunks)],
-                                 timeout=budget, capture_output=True, text=True))
-
-    def simulate(self) -> list[list[dict]]:
-        return abr.simulate(str(self.export), self.traces, self.settings.chunks)
-
-    def eval_table(self, mode: str, records: list[list[dict]], test_set: str) -> pd.DataFrame:
-        """The env's episode fields and its score (QoE per chunk after the start-up chunk,
-        as plume-eval and plume-train report it), plus mean level and throughput."""
-        from plume.envs.registry import get_env
-
-        fields = [abr.episode_fields(chunks, self.chunk_s) for chunks in records]
-        columns = {k: np.array([f[k] for f in fields]) for k in fields[0]}
-        score = get_env("abr").score.compute(columns)
-        return _rows(self.traces, [{**f, "score": float(s)} for f, s in zip(fields, score)],
-                     mode, test_set)
+def scenario_class(spec) -> type:
+    """The scenario class ``spec``'s environment declares (``EnvSpec.emulation``); ConfigError
+    naming the built-in environments that have one when it declares none (a ValueError: the
+    app reports it as the config's mistake)."""
+    from plume.envs.registry import ENV_PACKAGES, get_env
+    if spec.emulation is None:
+        emulated = [name for name in ENV_PACKAGES if get_env(name).emulation is not None]
+        raise ValueError(f"env={spec.name} has no emulation; emulated envs: "
+                          f"{', '.join(emulated)}")
+    return spec.emulation.scenario()
 
 
-class CcEmulation:
-    """CC flows: the link tuple (bandwidth, one-way delay, queue, loss), the data direction
-    shaped; a paced UDP sender and an ACK-ing receiver."""
-
-    inside = "server"
-
-    @staticmethod
-    def check(params) -> None:
-        return None
-
-    def __init__(self, settings, traces, export: Path, folder: Path) -> None:
-        from plume.deploy.contract import read_contract
-
-        self.settings, self.traces, self.export = settings, traces, export
-        self.simulated, self.initial = cc.simulate(str(export), traces, settings.mis)
-        self.reward_scale = float(read_contract(export)["env"]["params"].get("reward_scale",
-                                                                            1.0))
-
-    def link_specs(self, index: int) -> tuple[LinkSpec, LinkSpec]:
-        constants = self.traces.constants
-        mbps = float(constants["bandwidth"][index]) * BITS_PER_PACKET / 1e6
-        delay_ms = float(constants["latency"][index]) * 1000.0
-        down = LinkSpec(Schedule.constant(mbps), delay_ms,
-                        queue_packets=max(int(constants["queue"][index]), 1),
-                        loss=float(constants["loss"][index]), seed=index)
-        return down, LinkSpec(Schedule.constant(100.0), delay_ms)
-
-    def session(self, link, index: int) -> list[dict]:
-        budget = 60.0 + self.settings.mis * 2.0
-        link.popen("client", [sys.executable, "-m", "plume.emulation.cc", "receive", str(PORT),
-                              str(budget)])
-        time.sleep(0.3)
-        return _json_of(link.run("server", [sys.executable, "-m", "plume.emulation.cc", "send",
-                                            str(self.export), link.address("client"),
-                                            str(PORT), str(self.settings.mis),
-                                            str(self.initial[index])],
-                                 timeout=budget, capture_output=True, text=True))
-
-    def simulate(self) -> list[list[dict]]:
-        return self.simulated
-
-    def eval_table(self, mode: str, records: list[list[dict]], test_set: str) -> pd.DataFrame:
-        capacity = self.traces.constants["bandwidth"]
-        fields = [cc.episode_fields(mis, float(capacity[i]), self.reward_scale)
-                  for i, mis in enumerate(records)]
-        return _rows(self.traces, fields, mode, test_set)
-
-
-EMULATIONS: dict[str, Any] = {"abr": AbrEmulation, "cc": CcEmulation}
-
-
-def _json_of(done: subprocess.CompletedProcess) -> list[dict]:
+def json_of(done: subprocess.CompletedProcess) -> list[dict]:
+    """The JSON records a session's program printed; RuntimeError with its last error line."""
     if done.returncode != 0:
         raise RuntimeError(f"the emulated session failed: "
                            f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")

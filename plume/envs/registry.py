@@ -13,6 +13,17 @@ finished test episode reports (``episode_fields``) and which single number repor
 (``score``, normalised between two ``anchors``: fixed values or named classic controllers),
 and what the environment suggests for Plume's analysis (``analysis``: the channel to featurise,
 the candidate feature set, the cluster-count range).
+
+An environment is a vertical slice: besides the simulator, its own package declares what the
+layers above ``envs`` do with it, and those layers look it up here, never by its name: its
+deployment (``deployment``: the contract's observation, action and constants; ``deploy``: the
+runtime's session and the replay's recorder per variant), its emulation (``emulation``: the
+scenario ``plume-emulate`` plays and the gap's metrics), its networks (``networks``: feature
+extractors by ``algo.network`` name) and its normalisation (``anchors``). A slice that builds on
+an upper layer (a session on ``plume.deploy.sessions``, a scenario on ``plume.emulation``, a
+network on torch) lives in its own file of the env package (``deploy.py``, ``emulate.py``,
+``networks.py``) that only that layer imports: the spec names it through a zero-arg loader
+(:func:`lazy`), so importing an environment never imports deploy, emulation, agents or torch.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -68,6 +80,63 @@ class Anchors:
 
     def controller_names(self) -> list[str]:
         return [a for a in (self.floor, self.ceiling) if isinstance(a, str)]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One variant's runtime slice (``EnvSpec.deploy``), classes of the environment's own
+    package (``plume/envs/<env>/deploy.py``) that the deploy layer builds without naming them.
+
+    Attributes:
+        session: ``session(constants, **options)`` (constants: the contract's ``constants``
+            updated by its ``action``): raw measurements -> the simulator's observation
+            (``reset(**start)``, ``observe(measurement)`` -> (1, obs_dim), ``action(a)`` -> the
+            real system's units); ``options`` are what ``load_controller`` passes on
+            (``clip_bps``, for a session that takes it).
+        recorder: ``recorder(env, traces, contract)``: what a real client would measure in the
+            simulator (``start(i)`` -> (reset kwargs, first measurement); ``after(i, step,
+            action)`` -> (the decision in the real system's units or None, the next
+            measurement); ``step``: the env's ``last_step()`` plus ``observation`` and
+            ``done``), for ``plume.deploy.replay``.
+        protocols: the ``plume-serve`` adapters whose protocol this session speaks
+            (``"pensieve"``, ``"puffer"``, ``"pcc"``); an adapter refuses other exports.
+    """
+
+    session: type
+    recorder: type
+    protocols: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Emulated:
+    """What ``plume-emulate`` plays for an environment (``EnvSpec.emulation``).
+
+    Attributes:
+        scenario: zero-arg loader of the scenario class (``plume.emulation.scenarios``'
+            ``Emulation`` protocol, with a ``check(params)`` static method), kept in the env's
+            ``emulate.py``: it builds on the emulation layer.
+        metrics: the ``eval.parquet`` columns the sim-to-emulation gap compares (``score``
+            first: the env's score).
+    """
+
+    scenario: Callable[[], type]
+    metrics: tuple[str, ...]
+
+
+def lazy(module: str | Path, attribute: str) -> Callable[[], Any]:
+    """A zero-arg loader of ``module``'s ``attribute``, imported at the first call: how a spec
+    names a slice that builds on a layer above ``envs`` (an env package must not import deploy,
+    emulation, agents or torch when it is imported). ``module``: a dotted module path, or a
+    ``.py`` file (a user's environment naming the files beside it)."""
+    def load() -> Any:
+        path = Path(module)
+        if path.suffix != ".py":
+            return getattr(importlib.import_module(str(module)), attribute)
+        # named after its folder too: two user envs may each have a deploy.py
+        prefix = f"plume_user_env_{path.parent.name}"
+        return getattr(import_user_module(str(path), "env.package", prefix), attribute)
+
+    return load
 
 
 @dataclass
@@ -132,6 +201,14 @@ class EnvSpec:
             system's units) and the ``constants`` a deployed controller needs, written into an
             export's ``contract.json``; None: the environment has no deployment description
             (its policies still export, with the observation documented as its space only).
+        deploy: zero-arg loader (:func:`lazy`) of ``{variant: Deployment}`` (the key is
+            ``params.variant``, None for an environment without variants): the runtime's
+            session and the replay's recorder; None, or a variant missing: observations only
+            (``DeployedController.act_observation``).
+        emulation: what ``plume-emulate`` plays (:class:`Emulated`); None: not emulated.
+        networks: ``algo.network`` name -> zero-arg loader of a feature extractor class,
+            built as ``cls(obs_dim)`` -> a torch module with an ``out_dim`` (the learners put
+            their heads on top); ``mlp`` is the agents' own and needs no entry.
     """
 
     name: str
@@ -156,6 +233,9 @@ class EnvSpec:
     default_dataset: Callable[[Any], str] | None = None
     channel_help: str = ""
     deployment: Callable[[Any], dict[str, Any]] | None = None
+    deploy: Callable[[], Mapping[str | None, Deployment]] | None = None
+    emulation: Emulated | None = None
+    networks: Mapping[str, Callable[[], type]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.single is None:
@@ -189,6 +269,10 @@ class EnvSpec:
         entry of :attr:`dataset_analysis` (a path to trace files takes :attr:`analysis`)."""
         return {**self.analysis, **self.dataset_analysis.get(dataset, {})}
 
+    def deployment_for(self, variant: str | None) -> Deployment | None:
+        """The runtime slice of ``variant`` (a contract's ``env.variant``), or None."""
+        return None if self.deploy is None else self.deploy().get(variant)
+
     def episode_columns(self, episodes: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The recorded fields of finished episodes plus their ``score`` column."""
         columns = {m.name: np.asarray(episodes[m.name], dtype=np.float64)
@@ -200,6 +284,20 @@ class EnvSpec:
 def env_names() -> list[str]:
     """Every registered environment name."""
     return sorted(ENV_PACKAGES)
+
+
+def declared_networks() -> dict[str, Callable[[], type]]:
+    """Every network the registered environments declare (``EnvSpec.networks``), by name:
+    how the agents layer resolves ``algo.network`` without knowing any environment.
+    ValueError when two environments declare one name."""
+    found: dict[str, tuple[str, Callable[[], type]]] = {}
+    for env in ENV_PACKAGES:
+        for network, loader in get_env(env).networks.items():
+            if network in found:
+                raise ValueError(f"network {network!r} is declared by env {found[network][0]!r} "
+                                 f"and env {env!r}")
+            found[network] = (env, loader)
+    return {network: loader for network, (_, loader) in found.items()}
 
 
 def get_env(name: str, package: str | None = None) -> EnvSpec:

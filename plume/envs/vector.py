@@ -3,15 +3,16 @@ count, the sampler and its default, seeding, ``reset``, action checks, drawing e
 episode's trace and start, and reporting finished episodes (final observations, episode
 fields, ``sampler.update``, same-step autoreset).
 
-A subclass (TraceBench, ABR) owns its dynamics and its episode sums; it provides
-``_observation()`` (the current (N, obs_dim) observation), ``_restart(ids)`` (new episodes
-for those copies, drawing with :meth:`TraceVecEnv._draw`) and ``_episode_fields(mask)``, and
-keeps ``_trace``, ``_eplen`` and, in train mode, ``_rewbuf`` (per-copy agent rewards of the
-episode so far) up to date. ``_episode_fields`` must include ``return`` and
-``return_transformed`` (the sum of the rewards ``step`` returned); :meth:`TraceVecEnv._finish`
-adds ``trace`` and ``length`` (from ``_trace`` and ``_eplen``) unless given, and Gymnasium's
-episode-statistics keys (:data:`GYMNASIUM_EPISODE_KEYS`). ``_set_spaces`` sets the single-copy
-and batched spaces.
+A subclass (TraceBench, ABR, CC, LB, a user's own) owns its dynamics and its episode sums. The
+protocol is :class:`TraceVecEnv`'s abstract methods, so a subclass that lacks one fails at
+construction with a TypeError naming it: ``step(actions)``, ``_observation()``,
+``_restart(ids)`` and ``_episode_fields(mask)`` (shapes and call times on each). Its
+constructor calls ``_setup`` first, ``_set_spaces`` (the single-copy and batched spaces) and
+``_seed`` last; it keeps ``_trace``, ``_eplen`` and, in train mode, ``_rewbuf`` (per-copy agent
+rewards of the episode so far, ``(N, >= longest episode)``) up to date. The base provides the
+rest: ``reset``, ``_check_step`` (discrete actions), ``_draw`` (each new episode's trace and
+start) and ``_finish`` (which adds ``trace`` and ``length`` from ``_trace`` and ``_eplen``
+unless given, and Gymnasium's episode-statistics keys, :data:`GYMNASIUM_EPISODE_KEYS`).
 
 Seeding: ``seed`` (an int, a ``numpy.random.SeedSequence`` or None) gives two independent
 child streams, derived without mutating a SeedSequence passed in: one ``np.random.Generator``
@@ -26,13 +27,15 @@ reset copy i plays trace i.
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from plume.checks import choice, integer
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
 from plume.traces.traceset import TraceSet
 
@@ -66,7 +69,7 @@ def child_seeds(seed: int | np.random.SeedSequence | None, count: int):
     ]
 
 
-class TraceVecEnv(VectorEnv):
+class TraceVecEnv(VectorEnv, ABC):
     """Base of the batched trace-driven environments (see the module docstring).
 
     A Gymnasium ``VectorEnv``, not a Stable-Baselines3 ``VecEnv``: SB3 rejects it as "not a
@@ -78,11 +81,47 @@ class TraceVecEnv(VectorEnv):
     }
     render_mode = None
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        """Refuse a subclass that lacks a hook, naming it (before its ``__init__`` runs)."""
+        missing = sorted(getattr(cls, "__abstractmethods__", ()))
+        if missing:
+            raise TypeError(f"{cls.__name__} does not implement the TraceVecEnv hook(s) "
+                            f"{', '.join(missing)} (see plume.envs.vector)")
+        return super().__new__(cls)
+
+    # ------------------------------------------------------------------ the subclass's hooks
+    @abstractmethod
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                          dict[str, Any]]:
+        """One step of every copy: ``actions`` (N,) (or (N, action_dim)), checked (discrete:
+        :meth:`_check_step`); returns ``(obs (N, obs_dim), rewards (N,), terminated (N,),
+        truncated (N,), infos)``. Where a copy's episode ended it calls :meth:`_finish`
+        (same-step autoreset) after updating ``_eplen`` and ``_rewbuf``."""
+
+    @abstractmethod
+    def _observation(self) -> np.ndarray:
+        """The current ``(N, obs_dim)`` observation of every copy (the base copies it):
+        read by ``reset`` after :meth:`_restart`, and by :meth:`_finish` before autoreset
+        (the finished copies' ``final_obs``)."""
+
+    @abstractmethod
+    def _restart(self, ids: np.ndarray) -> None:
+        """Start new episodes in copies ``ids`` (int array, ascending; all of them at
+        ``reset``, the finished ones at autoreset): draw traces and starts with
+        :meth:`_draw`, set ``_trace[ids]``, zero ``_eplen[ids]`` (and ``_rewbuf[ids]``) and
+        the dynamics, so that :meth:`_observation` shows the first observation."""
+
+    @abstractmethod
+    def _episode_fields(self, mask: np.ndarray) -> dict[str, np.ndarray]:
+        """The episode sums of the copies where ``mask`` (N,) bool is True, as ``(N,)`` arrays
+        zero elsewhere: at least ``return`` and ``return_transformed`` (the sum of the rewards
+        ``step`` returned), plus the env's own metric fields. Called by :meth:`_finish`
+        before the finished copies restart."""
+
     def _setup(self, traces: TraceSet, n_envs: int | None, sampler: TraceSampler | None,
                mode: str) -> None:
         """Check and store what every subclass takes first; call before anything else."""
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        choice("mode", mode, MODES)
         if not isinstance(traces, TraceSet):
             raise TypeError(f"traces must be a TraceSet, got {type(traces).__name__}")
         self._train = mode == "train"
@@ -91,8 +130,7 @@ class TraceVecEnv(VectorEnv):
             if self._train:
                 raise ValueError("n_envs is required in train mode")
             n_envs = len(traces)
-        if isinstance(n_envs, bool) or not isinstance(n_envs, (int, np.integer)) or n_envs < 1:
-            raise ValueError(f"n_envs must be an int >= 1, got {n_envs!r}")
+        n_envs = integer("n_envs", n_envs, 1)
         if sampler is not None:
             if not isinstance(sampler, TraceSampler):
                 raise TypeError(f"sampler must be a TraceSampler, got {type(sampler).__name__}")

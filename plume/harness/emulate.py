@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from plume.emulation.job import EmulationJob, EmulationSection, run_emulation_body
 from plume.emulation.mahimahi import missing_tools
 from plume.emulation.netns import EmulationUnavailable, can_emulate
-from plume.emulation.scenarios import EMULATIONS
+from plume.emulation.scenarios import scenario_class
 from plume.harness import sweep
 from plume.harness.configdir import CONF_DIR
 from plume.harness.errors import ConfigError
@@ -67,10 +67,10 @@ def check_emulation(cfg: DictConfig) -> EmulationJob:
     check_inside_root(str(cfg.paths.root), exp_name=str(cfg.get("exp_name")))
     env, spec, params = env_section(cfg.get("env"))
     settings = typed_section("emulation", EmulationSection, cfg.get("emulation"))
-    if spec.name not in EMULATIONS:
-        raise ConfigError(f"env={spec.name} has no emulation; emulated envs: "
-                          f"{', '.join(EMULATIONS)}")
-    EMULATIONS[spec.name].check(params)
+    try:
+        scenario_class(spec).check(params)
+    except ValueError as err:  # no emulation for this env or setting: the config's mistake
+        raise ConfigError(str(err)) from None
     _check_machine(settings)
     controller, export, policy = _policy(cfg, spec, params)
     traces = load_checked(spec, env, env.dataset, "test", params)

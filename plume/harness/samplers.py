@@ -1,8 +1,9 @@
 """Build the configured trace sampler, with what it needs from the dataset and its analysis.
 
-Samplers take plain arrays (``NEEDS.inputs`` of their class): cluster ``memberships`` and trace
-``features`` come from Plume's stage 1-2 analysis (cached per dataset content and settings, so
-a sweep analyses once), ``mean_throughput`` from the traces themselves.
+Samplers take plain arrays (``NEEDS.inputs`` of their class), each of a kind that
+``plume.sampling.inputs.INPUT_KINDS`` declares with its source: Plume's stage 1-2 analysis
+(cached per dataset content and settings, so a sweep analyses once), the traces themselves, or
+the env's classic controllers scored on every training trace. Nothing here names a kind.
 
 Samplers that score episodes with a learner signal (PLR's value-L1: the mean absolute GAE
 advantage, or TD error, over an episode's steps) get it through :class:`EpisodeSignals`, which
@@ -20,39 +21,45 @@ from typing import Any
 
 import numpy as np
 
-from plume.sampling import SAMPLERS, TraceSampler
+from plume.sampling import INPUT_KINDS, SAMPLERS, TraceSampler
 from plume.traces import TraceSet
 
-CONTROLLER_INPUTS = ("baseline_scores", "reference_scores")
-"""Per-training-trace scores of the env's classic controllers (curriculum samplers: Genet's
-gap to a baseline, CL2's difficulty = reference - baseline)."""
+
+def _baseline(spec, params: Mapping[str, Any]) -> list[str]:
+    """``[params["baseline"] or the env's baseline_controller]``."""
+    baseline = params.get("baseline") or spec.baseline_controller
+    if baseline is None:
+        raise ValueError(f"env {spec.name!r} names no default baseline controller: set "
+                         f"sampler.baseline to one of {', '.join(spec.controllers)}")
+    return [str(baseline)]
+
+
+def _reference(spec, params: Mapping[str, Any]) -> list[str]:
+    """``params["reference"]`` (a name or a list; the best of them per trace), else the env's
+    oracle, else all its controllers."""
+    reference = params.get("reference")
+    return ([str(reference)] if isinstance(reference, str) else list(map(str, reference))
+            if reference else [spec.oracle_controller] if spec.oracle_controller
+            else sorted(spec.controllers))
+
+
+CONTROLLER_ROLES = {"baseline": _baseline, "reference": _reference}
+"""How the controllers of each ``role`` of a ``controllers`` input kind are chosen."""
 
 
 def sampler_controllers(spec, name: str, params: Mapping[str, Any]) -> dict[str, list[str]]:
-    """The controllers whose per-trace scores sampler ``name`` takes: ``baseline_scores`` ->
-    ``[params["baseline"] or the env's baseline_controller]``, ``reference_scores`` ->
-    ``params["reference"]`` (a name or a list; the best of them per trace), else the env's
-    oracle, else all its controllers. ``params``: the sampler's options as a mapping
-    (``dataclasses.asdict`` of its config). ValueError when the env cannot provide them."""
-    wanted = [key for key in SAMPLERS[name].NEEDS.inputs if key in CONTROLLER_INPUTS]
+    """The controllers whose per-trace scores sampler ``name`` takes, per input kind from the
+    env's controllers (``CONTROLLER_ROLES`` of the kind's role). ``params``: the sampler's
+    options as a mapping (``dataclasses.asdict`` of its config). ValueError when the env
+    cannot provide them."""
+    wanted = [key for key in SAMPLERS[name].NEEDS.inputs
+              if INPUT_KINDS[key].source == "controllers"]
     if not wanted:
         return {}
     if not spec.controllers:
         raise ValueError(f"sampler={name} measures the policy against classic controllers; "
                          f"env {spec.name!r} has none")
-    chosen: dict[str, list[str]] = {}
-    if "baseline_scores" in wanted:
-        baseline = params.get("baseline") or spec.baseline_controller
-        if baseline is None:
-            raise ValueError(f"env {spec.name!r} names no default baseline controller: set "
-                             f"sampler.baseline to one of {', '.join(spec.controllers)}")
-        chosen["baseline_scores"] = [str(baseline)]
-    if "reference_scores" in wanted:
-        reference = params.get("reference")
-        chosen["reference_scores"] = (
-            [str(reference)] if isinstance(reference, str) else list(map(str, reference))
-            if reference else [spec.oracle_controller] if spec.oracle_controller
-            else sorted(spec.controllers))
+    chosen = {key: CONTROLLER_ROLES[INPUT_KINDS[key].role](spec, params) for key in wanted}
     for names in chosen.values():
         unknown = [n for n in names if n not in spec.controllers]
         if unknown:
@@ -65,7 +72,7 @@ def run_analysis(traces: TraceSet, settings, cache_dir: str | Path):
     """Plume stages 1-2 on ``traces``, reusing the on-disk cache when it has the result."""
     import logging
 
-    from plume.analysis import analyze
+    from plume.analysis import analyze  # deferred: scikit-learn loads only when stages 1-2 run
 
     result = analyze(traces, settings, cache_dir=Path(cache_dir))
     logging.getLogger("plume").info(
@@ -94,18 +101,17 @@ def build_sampler(
         config = cls.configure(**config)
     inputs: dict[str, Any] = {}
     for key in cls.needs(config).inputs:
-        if key in CONTROLLER_INPUTS:
+        kind = INPUT_KINDS[key]
+        if kind.source == "controllers":
             if trace_scores is None or not (controllers or {}).get(key):
                 raise ValueError(f"sampler {name!r} needs classic controllers' scores ({key})")
             inputs[key] = np.nanmax([trace_scores(c) for c in controllers[key]], axis=0)
-        elif key == "mean_throughput":
-            inputs[key] = traces.mean_bandwidth()
+        elif kind.source == "traces":
+            inputs[key] = kind.read(traces)
         elif analysis is None:
             raise ValueError(f"sampler {name!r} needs Plume's trace analysis ({key})")
-        elif key == "memberships":
-            inputs[key] = analysis.memberships
-        elif key == "features":
-            inputs[key] = analysis.standardized
+        else:
+            inputs[key] = kind.read(analysis)
     sampler = cls(len(traces), rng, config=config, **inputs)
     if sampler.clusters is None and analysis is not None:
         sampler.clusters = analysis.labels

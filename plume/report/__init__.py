@@ -18,18 +18,17 @@ from plume.report.builder import ReportResult, build_report
 from plume.report.inference import MIN_RUNS
 from plume.report.runs import RunInventory, RunScanError, load_scores, scan_runs
 from plume.report.stats import (
-    NORMALISATIONS,
     Analysis,
     Normalisation,
     ReportStatsError,
     SeedMismatchError,
     analyse,
+    builtin_normalisation,
     normalise,
 )
 
 __all__ = [
     "MIN_RUNS",
-    "NORMALISATIONS",
     "Analysis",
     "Normalisation",
     "ReportResult",
@@ -39,6 +38,7 @@ __all__ = [
     "SeedMismatchError",
     "analyse",
     "build_report",
+    "builtin_normalisation",
     "load_scores",
     "normalise",
     "scan_runs",

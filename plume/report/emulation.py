@@ -19,7 +19,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from plume.emulation.gap import METRICS, gap_rows, per_trace_gaps
+from plume.emulation.gap import gap_metrics, gap_rows, per_trace_gaps
 from plume.report.runs import COMPLETED, EMULATION, EVAL, LINK_LATENESS, find_run_dirs, read_run
 
 __all__ = ["find_emulations", "gap_figure", "lateness_warnings", "read_emulations"]
@@ -60,7 +60,7 @@ def _read_one(run_dir: Path) -> tuple[list[dict], list[dict]]:
             why = files.problem or files.status.get("error")
             raise ValueError(f"state {files.state}" + (f": {why}" if why else ""))
         frame = pd.read_parquet(run_dir / EVAL)
-        metrics = [m for m in METRICS.get(head["env"], ()) if m in frame.columns]
+        metrics = [m for m in gap_metrics(head["env"]) if m in frame.columns]
         if set(frame["mode"]) != {"emulation", "simulation"} or not metrics:
             raise ValueError(f"{EVAL} needs both modes and the env's gap metrics")
         rows = gap_rows(frame, metrics)

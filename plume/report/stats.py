@@ -85,11 +85,12 @@ class SeedMismatchError(ReportStatsError):
 @dataclass(frozen=True)
 class Normalisation:
     """Affine map of a raw per-task score to ``(score - floor) / (ceiling - floor)``:
-    0 at ``floor``, 1 at ``ceiling``."""
+    0 at ``floor``, 1 at ``ceiling``; ``score_name`` (the score's unit) names it in the text."""
 
     floor: float
     ceiling: float
     description: str
+    score_name: str = "score"
 
     def __post_init__(self) -> None:
         if not self.ceiling > self.floor:
@@ -99,24 +100,25 @@ class Normalisation:
         return (values - self.floor) / (self.ceiling - self.floor)
 
     def text(self, env: str) -> str:
-        return (f"`{env}`: normalised score = (QoE per chunk - {self.floor:g}) / "
+        return (f"`{env}`: normalised score = ({self.score_name} - {self.floor:g}) / "
                 f"({self.ceiling:g} - {self.floor:g}). {self.description}")
 
 
-TRACEBENCH = Normalisation(
-    floor=1.0,
-    ceiling=6.0,
-    description=(
-        "Floor 1.0 = a controller that always picks the lowest bitrate (1) and never stalls "
-        "(QoE 1 per chunk); ceiling 6.0 = the highest bitrate (6) on every chunk with no stall "
-        "(QoE 6 per chunk, the most any controller can get). So 0 = always-lowest-bitrate, "
-        "1 = perfect; a score below 0 means the controller did worse than never leaving the "
-        "lowest bitrate (each stall second costs 6). Assumes the default reward weights "
-        "(quality_weight=1, rebuf_weight=6)."
-    ),
-)
-#: Normalisation per environment name (``env.name`` of the run's config).
-NORMALISATIONS: dict[str, Normalisation] = {"tracebench": TRACEBENCH}
+def builtin_normalisation(env: str) -> Normalisation | None:
+    """The fixed normalisation a built-in environment declares (its spec's ``anchors`` under
+    default parameters, when both are fixed values), for runs that predate ``score.json``;
+    None for an environment anchored on controllers or not built in (the report reads run
+    directories and never imports a user's module)."""
+    from plume.envs.registry import ENV_PACKAGES, get_env
+
+    if env not in ENV_PACKAGES:
+        return None
+    spec = get_env(env)
+    anchors = spec.anchors(spec.params())
+    if anchors.controller_names():
+        return None
+    return Normalisation(float(anchors.floor), float(anchors.ceiling), anchors.description,
+                         spec.score.unit)
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,8 @@ def normalise(scores: pd.DataFrame,
 
     An environment in ``normalisations`` uses that fixed map. Otherwise every row uses the
     floor and ceiling its run recorded for its test set (``score.json``); rows of runs that
-    predate the file fall back to :data:`NORMALISATIONS`. Raises ``ReportStatsError`` for a row
-    with neither."""
+    predate the file fall back to :func:`builtin_normalisation`. Raises ``ReportStatsError``
+    for a row with neither."""
     out = scores.copy()
     out["raw"] = out["score"].astype(float)
     raw = out["raw"].to_numpy()
@@ -161,11 +163,12 @@ def normalise(scores: pd.DataFrame,
         normalised[recorded] = ((raw - floor) / span)[recorded]
         legacy = mask & ~recorded
         if legacy.any():
-            if env not in NORMALISATIONS:
+            fixed = builtin_normalisation(env)
+            if fixed is None:
                 raise ReportStatsError(
                     f"runs of environment {env!r} record no normalisation (no score.json) and "
-                    f"none is built in (known: {sorted(NORMALISATIONS)}); pass normalisations=")
-            normalised[legacy] = NORMALISATIONS[env](raw[legacy])
+                    "its spec declares no fixed anchors; pass normalisations=")
+            normalised[legacy] = fixed(raw[legacy])
     out["score"] = normalised
     return out
 
@@ -181,7 +184,7 @@ def normalisation_texts(frame: pd.DataFrame,
             continue
         recorded = rows.dropna(subset=["floor", "ceiling"]) if "floor" in rows else rows.iloc[:0]
         if recorded.empty:
-            texts[env] = NORMALISATIONS[env]
+            texts[env] = builtin_normalisation(env)
             continue
         info = read_score_file(recorded["run_dir"].iloc[0])
         anchors = {t: (float(g["floor"].iloc[0]), float(g["ceiling"].iloc[0]))
@@ -756,10 +759,8 @@ __all__ = [
     "DEFAULT_REPS",
     "METRICS",
     "MIN_RUNS",
-    "NORMALISATIONS",
     "PAPER_AGGREGATE_REPS",
     "RULE_TEXT",
-    "TRACEBENCH",
     "Analysis",
     "Normalisation",
     "RecordedNormalisation",
@@ -768,6 +769,7 @@ __all__ = [
     "SeedMismatchError",
     "aggregate_metrics",
     "analyse",
+    "builtin_normalisation",
     "interval_estimates",
     "iqm",
     "normalise",

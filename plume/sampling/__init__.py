@@ -3,12 +3,14 @@
 One family per module: ``base`` (the contract, uniform, sequential), ``mixture`` (the
 ε-mixture draw most samplers share), ``plume_static``, ``plume_dynamic`` (with Trace-Error),
 ``clusters`` (cluster-uniform, two-class), ``peers`` (PLR, worst-case), ``genet``,
-``curriculum`` (CL2), ``progress`` (TSCL); ``checks`` holds the argument checks they share
-and ``registry`` the name -> class table (``register_sampler`` adds a user's own).
+``curriculum`` (CL2), ``progress`` (TSCL); ``inputs`` declares the kinds of per-trace array a
+sampler can take, ``checks`` the argument checks they share (``plume.checks``) and
+``registry`` the name -> class table (``register_sampler`` adds a user's own).
 """
 
 from plume.sampling.base import (
     SAMPLER_INPUTS,
+    ConfigField,
     NoConfig,
     SamplerNeeds,
     SequentialSampler,
@@ -18,6 +20,7 @@ from plume.sampling.base import (
 from plume.sampling.clusters import ClusterUniformSampler, TwoClassSampler
 from plume.sampling.curriculum import DifficultyCurriculumSampler
 from plume.sampling.genet import GenetSampler
+from plume.sampling.inputs import INPUT_KINDS, InputKind
 from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.peers import PrioritizedLevelReplaySampler, WorstCaseSampler
 from plume.sampling.plume_dynamic import PlumeDynamicSampler, TraceErrorSampler
@@ -39,12 +42,15 @@ for _cls in (UniformSampler, PlumeStaticSampler, PlumeDynamicSampler, TraceError
 del _cls
 
 __all__ = [
+    "INPUT_KINDS",
     "SAMPLERS",
     "SAMPLER_INPUTS",
     "ClusterUniformSampler",
+    "ConfigField",
     "DifficultyCurriculumSampler",
     "EpsilonMixtureSampler",
     "GenetSampler",
+    "InputKind",
     "LearningProgressSampler",
     "NoConfig",
     "PlumeDynamicSampler",

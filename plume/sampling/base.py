@@ -8,11 +8,13 @@ A sampler class is a plug-in of the same shape as an algorithm (``plume.agents.b
 
 - ``name``: what ``sampler.name`` selects (``plume.sampling.register_sampler`` adds a class).
 - ``CONFIG``: a dataclass of its options, documented field by field, with their defaults (the
-  only place they are written) and range checks in ``__post_init__`` (``plume.sampling.checks``:
-  errors name the field, so the harness reports ``sampler.<field>``). Every init field is a
-  command-line key.
+  only place they are written) and range checks in ``__post_init__`` (``plume.checks``: errors
+  name the field, so the harness reports ``sampler.<field>``). Every init field is a
+  command-line key; a sampler reads its options from ``self.config``, never copies them
+  (:class:`ConfigField` shows one on the sampler).
 - ``NEEDS`` (a :class:`SamplerNeeds`), refined from a config by :meth:`TraceSampler.needs`:
-  everything the harness must supply or do for it, declared instead of probed.
+  everything the harness must supply or do for it, declared instead of probed; its data
+  inputs are kinds of ``plume.sampling.inputs.INPUT_KINDS``.
 - Construction, one way for all: ``cls(n_traces, rng, *data_inputs, config=None, **options)``,
   with the per-trace arrays ``NEEDS.inputs`` names (by name or in that order) and either a
   ``CONFIG`` instance or its fields as keywords (or both: keywords replace config fields).
@@ -29,12 +31,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-SAMPLER_INPUTS = ("memberships", "features", "mean_throughput", "baseline_scores",
-                  "reference_scores")
-"""The per-trace arrays a harness can give a sampler: cluster ``memberships`` (n, K) and
-standardised ``features`` (n, F) from Plume's stage 1-2 analysis, each trace's
-``mean_throughput``, and the per-trace scores of a classic ``baseline`` controller and of a
-``reference`` one (the env's oracle, or the best controller per trace)."""
+from plume.checks import integer
+from plume.sampling.inputs import SAMPLER_INPUTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +40,9 @@ class SamplerNeeds:
     """What a sampler needs from the harness, in one statement (``TraceSampler.NEEDS``)."""
 
     inputs: tuple[str, ...] = ()
-    """Per-trace arrays (names from :data:`SAMPLER_INPUTS`), passed to the constructor in this
-    order; never dependent on the config (the harness prepares them before building)."""
+    """Per-trace arrays (kinds of ``plume.sampling.inputs.INPUT_KINDS``), passed to the
+    constructor in this order; never dependent on the config (the harness prepares them
+    before building)."""
     learner_signal: bool = False
     """:meth:`TraceSampler.update` wants ``value_l1`` / ``positive_value_loss`` (the mean
     |learner signal| / mean positive signal over the episode's steps); refused at validation
@@ -60,13 +59,28 @@ class SamplerNeeds:
         unknown = [name for name in self.inputs if name not in SAMPLER_INPUTS]
         if unknown:
             raise ValueError(f"unknown sampler input(s) {unknown}; known: {SAMPLER_INPUTS}")
-        if isinstance(self.policy_every, bool) or int(self.policy_every) < 0:
-            raise ValueError(f"policy_every must be an integer >= 0, got {self.policy_every!r}")
+        integer("policy_every", self.policy_every, 0)
 
 
 @dataclasses.dataclass
 class NoConfig:
     """The config of a sampler without options."""
+
+
+class ConfigField:
+    """An option readable on the sampler (``sampler.alpha``) while stored once, in its
+    ``config``: a read-only view of ``config.<name>`` (a sampler reads its options from its
+    config, never copies them, so the two cannot disagree)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, sampler: Any, owner: type | None = None) -> Any:
+        return self if sampler is None else getattr(sampler.config, self.name)
+
+    def __set__(self, sampler: Any, value: Any) -> None:
+        raise AttributeError(f"{type(sampler).__name__}.{self.name} is read from its config; "
+                             f"build the sampler with {self.name}=... instead")
 
 
 class TraceSampler(ABC):

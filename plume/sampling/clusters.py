@@ -8,14 +8,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 
+from plume.checks import finite, fraction
 from plume.sampling.base import NoConfig, SamplerNeeds
-from plume.sampling.checks import FieldError, fraction
 from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import as_labels, as_memberships, cluster_weights_hard
 
@@ -63,10 +62,7 @@ class TwoClassConfig:
 
     def __post_init__(self) -> None:
         if self.threshold is not None:
-            self.threshold = float(self.threshold)
-            if not math.isfinite(self.threshold):
-                raise FieldError("threshold", f"must be a finite number or None, got "
-                                              f"{self.threshold}")
+            self.threshold = finite("threshold", self.threshold)
         self.epsilon = fraction("epsilon", self.epsilon)
 
 

@@ -15,8 +15,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from plume.sampling.base import SamplerNeeds
-from plume.sampling.checks import fraction, integer, valid_trace
+from plume.checks import fraction, integer
+from plume.sampling.base import ConfigField, SamplerNeeds
+from plume.sampling.checks import controller, valid_trace
 from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import finite_scores
 
@@ -27,12 +28,6 @@ N_BINS = 5
 """Difficulty bins, and curriculum levels (level L opens bins 0..L)."""
 NEW_BIN_MASS = 0.3
 """Share of the newest bin at each level; the older bins keep 0.7 of the previous level's."""
-
-
-def _controller(name: str, value: str | None) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{name} must be a controller name or None, got {value!r}")
-    return value
 
 
 def difficulty_bins(difficulty: np.ndarray, n_bins: int = N_BINS) -> np.ndarray:
@@ -62,8 +57,8 @@ class DifficultyCurriculumConfig:
     def __post_init__(self) -> None:
         self.budget_steps = integer("budget_steps", self.budget_steps, 1)
         self.epsilon = fraction("epsilon", self.epsilon)
-        self.baseline = _controller("baseline", self.baseline)
-        self.reference = _controller("reference", self.reference)
+        self.baseline = controller("baseline", self.baseline)
+        self.reference = controller("reference", self.reference)
 
 
 class DifficultyCurriculumSampler(EpsilonMixtureSampler):
@@ -86,14 +81,13 @@ class DifficultyCurriculumSampler(EpsilonMixtureSampler):
     name = "cl2"
     CONFIG = DifficultyCurriculumConfig
     NEEDS = SamplerNeeds(inputs=("baseline_scores", "reference_scores"))
+    baseline = ConfigField()
+    reference = ConfigField()
 
     def __init__(self, n_traces: int, rng: np.random.Generator, baseline_scores: np.ndarray,
                  reference_scores: np.ndarray, config: DifficultyCurriculumConfig | None = None,
                  **options: Any) -> None:
         super().__init__(n_traces, rng, config, **options)
-        cfg = self.config
-        self.budget_steps, self.baseline, self.reference = (cfg.budget_steps, cfg.baseline,
-                                                            cfg.reference)
         base = finite_scores("baseline_scores", baseline_scores, self.n_traces)
         ref = finite_scores("reference_scores", reference_scores, self.n_traces)
         self.difficulty = ref - base
@@ -132,7 +126,7 @@ class DifficultyCurriculumSampler(EpsilonMixtureSampler):
 
     def level_at(self, steps: int) -> int:
         """The curriculum level after ``steps`` environment steps."""
-        return min(N_BINS - 1, (N_BINS * int(steps)) // self.budget_steps)
+        return min(N_BINS - 1, (N_BINS * int(steps)) // self.config.budget_steps)
 
     def _refresh(self) -> None:
         self.set_prioritised(self.trace_probabilities())

@@ -11,14 +11,14 @@ mixture component. Re-implemented from the paper's description; no code is copie
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 
-from plume.sampling.base import SamplerNeeds
-from plume.sampling.checks import FieldError, fraction, integer
+from plume.checks import fail, fraction, integer, real
+from plume.sampling.base import ConfigField, SamplerNeeds
+from plume.sampling.checks import controller
 from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import finite_scores, hard_labels
 
@@ -47,15 +47,13 @@ class GenetConfig:
     """Uniform floor: every trace keeps probability >= epsilon / n_traces."""
 
     def __post_init__(self) -> None:
-        if self.baseline is not None and not isinstance(self.baseline, str):
-            raise FieldError("baseline", f"must be a controller name or None, got "
-                                         f"{self.baseline!r}")
+        self.baseline = controller("baseline", self.baseline)
         self.budget_steps = integer("budget_steps", self.budget_steps, 1)
         self.rounds = integer("rounds", self.rounds, 1)
         self.traces_per_cluster = integer("traces_per_cluster", self.traces_per_cluster, 1)
-        self.new_weight = float(self.new_weight)
-        if not (math.isfinite(self.new_weight) and 0.0 < self.new_weight < 1.0):
-            raise FieldError("new_weight", f"must be in (0, 1), got {self.new_weight}")
+        self.new_weight = real("new_weight", self.new_weight)
+        if not 0.0 < self.new_weight < 1.0:
+            fail("new_weight", self.new_weight, "in (0, 1)")
         self.epsilon = fraction("epsilon", self.epsilon)
 
 
@@ -93,15 +91,12 @@ class GenetSampler(EpsilonMixtureSampler):
     CONFIG = GenetConfig
     NEEDS = SamplerNeeds(inputs=("memberships", "baseline_scores"),
                          policy_every=1)  # the cadence comes from the config: see needs()
+    baseline = ConfigField()
 
     def __init__(self, n_traces: int, rng: np.random.Generator, memberships: np.ndarray,
                  baseline_scores: np.ndarray, config: GenetConfig | None = None,
                  **options: Any) -> None:
         super().__init__(n_traces, rng, config, **options)
-        cfg = self.config
-        self.baseline, self.budget_steps, self.rounds = cfg.baseline, cfg.budget_steps, cfg.rounds
-        self.traces_per_cluster, self.new_weight = cfg.traces_per_cluster, cfg.new_weight
-
         self.clusters, self.n_clusters = hard_labels(memberships, self.n_traces)
         self.baseline_scores = finite_scores("baseline_scores", baseline_scores, self.n_traces)
         self._sizes = np.bincount(self.clusters, minlength=self.n_clusters)
@@ -134,9 +129,9 @@ class GenetSampler(EpsilonMixtureSampler):
         return np.bincount(self.clusters, weights=self._prio, minlength=self.n_clusters)
 
     def _add_component(self, cluster: int) -> None:
-        keep = 1.0 - self.new_weight
+        keep = 1.0 - self.config.new_weight
         self.components = [(c, w * keep) for c, w in self.components]
-        self.components.append((int(cluster), self.new_weight))
+        self.components.append((int(cluster), self.config.new_weight))
         self.set_prioritised(self._mixture())
 
     # -- evaluation protocol --------------------------------------------------------------------
@@ -146,8 +141,8 @@ class GenetSampler(EpsilonMixtureSampler):
         picked = []
         for cluster in range(self.n_clusters):
             members = np.flatnonzero(self.clusters == cluster)
-            if members.size > self.traces_per_cluster:
-                members = self.rng.choice(members, self.traces_per_cluster, replace=False)
+            if members.size > self.config.traces_per_cluster:
+                members = self.rng.choice(members, self.config.traces_per_cluster, replace=False)
             picked.append(members)
         return np.sort(np.concatenate(picked)).astype(np.int64)
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from plume.checks import fraction
 from plume.sampling.base import TraceSampler
-from plume.sampling.checks import fraction
 
 __all__ = ["NEVER", "EpsilonMixtureConfig", "EpsilonMixtureSampler"]
 

@@ -21,8 +21,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+from plume.checks import choice, fail, fraction, positive, real
 from plume.sampling.base import SamplerNeeds, TraceSampler
-from plume.sampling.checks import FieldError, choice, fraction, positive, valid_trace
+from plume.sampling.checks import valid_trace
 from plume.sampling.mixture import NEVER, EpsilonMixtureSampler
 from plume.sampling.weights import as_memberships
 
@@ -180,12 +181,6 @@ class PrioritizedLevelReplaySampler(TraceSampler):
     def __init__(self, n_traces: int, rng: np.random.Generator, config: PLRConfig | None = None,
                  *, memberships: np.ndarray | None = None, **options: Any) -> None:
         super().__init__(n_traces, rng, config, **options)
-        cfg = self.config
-        self.score, self.score_transform = cfg.score, cfg.score_transform
-        self.temperature, self.staleness_coef = cfg.temperature, cfg.staleness_coef
-        self.staleness_temperature, self.rho = cfg.staleness_temperature, cfg.rho
-        self.replay_schedule, self.nu = cfg.replay_schedule, cfg.nu
-        self.score_ema, self.proxy_ema = cfg.score_ema, cfg.proxy_ema
         if memberships is not None:
             self.clusters = np.argmax(as_memberships(memberships, self.n_traces), axis=1)
 
@@ -208,10 +203,11 @@ class PrioritizedLevelReplaySampler(TraceSampler):
         return (self.clock - self.last_drawn).astype(np.float64)
 
     def replay_distribution(self) -> np.ndarray:
+        cfg = self.config
         return plr_replay_distribution(
             self.scores, self.staleness(), self.seen,
-            score_transform=self.score_transform, temperature=self.temperature,
-            staleness_coef=self.staleness_coef, staleness_temperature=self.staleness_temperature,
+            score_transform=cfg.score_transform, temperature=cfg.temperature,
+            staleness_coef=cfg.staleness_coef, staleness_temperature=cfg.staleness_temperature,
         )
 
     def replay_probability(self) -> float:
@@ -222,9 +218,9 @@ class PrioritizedLevelReplaySampler(TraceSampler):
         if n_seen == n:
             return 1.0
         frac = n_seen / n
-        if frac < self.rho:
+        if frac < self.config.rho:
             return 0.0
-        return frac if self.replay_schedule == "proportionate" else 1.0 - self.nu
+        return frac if self.config.replay_schedule == "proportionate" else 1.0 - self.config.nu
 
     def probabilities(self) -> np.ndarray:
         replay = self.replay_probability()
@@ -240,8 +236,8 @@ class PrioritizedLevelReplaySampler(TraceSampler):
     def _score_part_cdf(self) -> np.ndarray:
         if self._score_cdf is None:
             p = plr_replay_distribution(self.scores, np.zeros(self.n_traces), self.seen,
-                                        score_transform=self.score_transform,
-                                        temperature=self.temperature, staleness_coef=0.0)
+                                        score_transform=self.config.score_transform,
+                                        temperature=self.config.temperature, staleness_coef=0.0)
             cdf = np.cumsum(p)
             cdf /= cdf[-1]
             self._score_cdf = cdf
@@ -253,13 +249,13 @@ class PrioritizedLevelReplaySampler(TraceSampler):
         if replay >= 1.0 or (replay > 0.0 and rng.random() < replay):
             self.replay_draws += 1
             u = rng.random()
-            rho = self.staleness_coef
+            rho = self.config.staleness_coef
             index = -1
             if u < rho:  # staleness component P_C (one variate decides component and trace)
                 v = u / rho
                 stale = (self.clock - self.last_drawn) * self.seen
-                if self.staleness_temperature != 1.0:
-                    stale = stale ** (1.0 / self.staleness_temperature)
+                if self.config.staleness_temperature != 1.0:
+                    stale = stale ** (1.0 / self.config.staleness_temperature)
                 cdf = np.cumsum(stale, dtype=np.float64)
                 if cdf[-1] > 0:
                     index = int(np.searchsorted(cdf, v * cdf[-1], side="right"))
@@ -289,10 +285,10 @@ class PrioritizedLevelReplaySampler(TraceSampler):
         return dataclasses.replace(cls.NEEDS, learner_signal=config.score != "return_delta")
 
     def _learner_score(self, stats: dict[str, Any]) -> float | None:
-        if self.score == "return_delta":
+        if self.config.score == "return_delta":
             return None
-        if self.score in stats:  # a per-episode score computed by the learner side
-            return float(stats[self.score])
+        if self.config.score in stats:  # a per-episode score computed by the learner side
+            return float(stats[self.config.score])
         adv = stats.get("advantages")
         if adv is None and "returns" in stats and "values" in stats:
             adv = np.asarray(stats["returns"], dtype=np.float64) - np.asarray(
@@ -302,7 +298,7 @@ class PrioritizedLevelReplaySampler(TraceSampler):
         adv = np.asarray(adv, dtype=np.float64).reshape(-1)
         if adv.size == 0:
             return 0.0
-        if self.score == "value_l1":
+        if self.config.score == "value_l1":
             return float(np.abs(adv).mean())
         return float(np.maximum(adv, 0.0).mean())
 
@@ -310,10 +306,11 @@ class PrioritizedLevelReplaySampler(TraceSampler):
         trace, ret = _record_episode(self, trace_index, rewards)
         score = self._learner_score(learner_stats)
         if score is None:
-            if self.score != "return_delta" and not self._warned:
+            if self.config.score != "return_delta" and not self._warned:
                 warnings.warn(
-                    f"PLR score {self.score!r} needs learner statistics (value_l1, advantages or "
-                    "returns+values) in update(); using the |return - moving mean| proxy",
+                    f"PLR score {self.config.score!r} needs learner statistics (value_l1, "
+                    "advantages or returns+values) in update(); using the |return - moving "
+                    "mean| proxy",
                     RuntimeWarning, stacklevel=2,
                 )
                 self._warned = True
@@ -329,12 +326,13 @@ class PrioritizedLevelReplaySampler(TraceSampler):
             raise ValueError(f"PLR score for trace {trace} is not finite ({score})")
         # proxy statistics are kept whatever the score source, so switching is seamless
         if self.episodes[trace] > 1:
-            self.mean_return[trace] += self.proxy_ema * (ret - self.mean_return[trace])
+            self.mean_return[trace] += self.config.proxy_ema * (ret - self.mean_return[trace])
         else:
             self.mean_return[trace] = ret
         self._return_sum += ret
         self._return_count += 1
-        self.scores[trace] = (1.0 - self.score_ema) * self.scores[trace] + self.score_ema * score
+        rate = self.config.score_ema
+        self.scores[trace] = (1.0 - rate) * self.scores[trace] + rate * score
         if not self.seen[trace]:
             self.seen[trace] = True
             self.n_seen += 1
@@ -391,11 +389,11 @@ class WorstCaseConfig:
         self.temperature = positive("temperature", self.temperature)
         self.ema = fraction("ema", self.ema)
         if self.ema == 0:
-            raise FieldError("ema", "must be in (0, 1]")
+            fail("ema", self.ema, "in (0, 1]")
         if self.quantile is not None:
-            self.quantile = float(self.quantile)
+            self.quantile = real("quantile", self.quantile)
             if not 0.0 < self.quantile <= 1.0:
-                raise FieldError("quantile", f"must be in (0, 1] or None, got {self.quantile}")
+                fail("quantile", self.quantile, "in (0, 1] or None")
 
 
 class WorstCaseSampler(EpsilonMixtureSampler):
@@ -422,9 +420,6 @@ class WorstCaseSampler(EpsilonMixtureSampler):
                  config: WorstCaseConfig | None = None, *,
                  memberships: np.ndarray | None = None, **options: Any) -> None:
         super().__init__(n_traces, rng, config, **options)
-        self.floor = self.epsilon
-        self.temperature, self.ema = self.config.temperature, self.config.ema
-        self.quantile = self.config.quantile
         if memberships is not None:
             self.clusters = np.argmax(as_memberships(memberships, self.n_traces), axis=1)
         self.recent_return = np.zeros(self.n_traces)
@@ -436,7 +431,7 @@ class WorstCaseSampler(EpsilonMixtureSampler):
     def update(self, trace_index: int, rewards: np.ndarray, **learner_stats: Any) -> None:
         trace, ret = _record_episode(self, trace_index, rewards)
         if self.seen[trace]:
-            self.recent_return[trace] += self.ema * (ret - self.recent_return[trace])
+            self.recent_return[trace] += self.config.ema * (ret - self.recent_return[trace])
         else:
             self.recent_return[trace] = ret
             self.seen[trace] = True
@@ -448,14 +443,14 @@ class WorstCaseSampler(EpsilonMixtureSampler):
         if not self.seen.any():
             return np.full(n, 1.0 / n)
         r = np.where(self.seen, self.recent_return, self.recent_return[self.seen].min())
-        if self.quantile is not None:
-            member = r <= np.quantile(r, self.quantile)
+        if self.config.quantile is not None:
+            member = r <= np.quantile(r, self.config.quantile)
             return member / member.sum()
         std = r.std()
         if not std > 0:
             return np.full(n, 1.0 / n)
         z = (r - r.mean()) / std
-        logits = (z.min() - z) / self.temperature
+        logits = (z.min() - z) / self.config.temperature
         w = np.exp(logits)
         return w / w.sum()
 

@@ -16,8 +16,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from plume.sampling.base import SamplerNeeds
-from plume.sampling.checks import FieldError, fraction, integer, positive, valid_trace
+from plume.checks import boolean, fail, fraction, integer, positive, real, sizes
+from plume.sampling.base import ConfigField, SamplerNeeds
+from plume.sampling.checks import valid_trace
 from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import (
     as_labels,
@@ -102,20 +103,20 @@ class PlumeDynamicConfig:
     def __post_init__(self) -> None:
         self.alpha = fraction("alpha", self.alpha)
         self.epsilon = fraction("epsilon", self.epsilon)
-        self.hard = bool(self.hard)
-        self.gamma = float(self.gamma)
+        self.hard = boolean("hard", self.hard)
+        self.gamma = real("gamma", self.gamma)
         if not 0.0 < self.gamma <= 1.0:
-            raise FieldError("gamma", f"must be in (0, 1], got {self.gamma}")
+            fail("gamma", self.gamma, "in (0, 1]")
         for name, minimum in (("n_step", 1), ("train_every", 1), ("cluster_history", 1),
                               ("recompute_every", 1), ("warmup", 0), ("batch_size", 1),
                               ("epochs", 1)):
             setattr(self, name, integer(name, getattr(self, name), minimum))
         self.learning_rate = positive("learning_rate", self.learning_rate)
         self.huber_delta = positive("huber_delta", self.huber_delta)
-        self.hidden_sizes = tuple(integer("hidden_sizes", h, 1) for h in self.hidden_sizes)
-        self.single_step_per_round = bool(self.single_step_per_round)
+        self.hidden_sizes = sizes("hidden_sizes", self.hidden_sizes)
+        self.single_step_per_round = boolean("single_step_per_round", self.single_step_per_round)
         if self.torch_seed is not None:
-            self.torch_seed = int(self.torch_seed)
+            self.torch_seed = integer("torch_seed", self.torch_seed, 0)
 
 
 @dataclass
@@ -173,53 +174,46 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
 
     The model is small and runs on CPU; all torch randomness (initialisation) comes from
     ``torch_seed`` (default: drawn from a child of ``rng``), mini-batch shuffling from a child
-    generator, never from global RNGs.
+    generator, never from global RNGs. Options are read from ``config``, never copied (``alpha``
+    is also readable here); ``torch_seed`` is the seed actually used.
     """
 
     name = "plume_dynamic"
     CONFIG = PlumeDynamicConfig
     NEEDS = SamplerNeeds(inputs=("memberships", "features"), weight_updates=True)
+    alpha = ConfigField()
 
     def __init__(self, n_traces: int, rng: np.random.Generator, memberships: np.ndarray,
                  features: np.ndarray, config: PlumeDynamicConfig | None = None,
                  **options: Any) -> None:
         super().__init__(n_traces, rng, config, **options)
-        cfg = self.config
-        self.alpha, self.gamma, self.hard = cfg.alpha, cfg.gamma, cfg.hard
-        self.n_step, self.train_every = cfg.n_step, cfg.train_every
-        self.cluster_history, self.recompute_every = cfg.cluster_history, cfg.recompute_every
-        self.warmup, self.batch_size, self.epochs = cfg.warmup, cfg.batch_size, cfg.epochs
-        self.learning_rate, self.huber_delta = cfg.learning_rate, cfg.huber_delta
-        self.hidden_sizes = cfg.hidden_sizes
-        self.single_step_per_round = cfg.single_step_per_round
-
         self.memberships = as_memberships(memberships, self.n_traces)
         self.n_clusters = self.memberships.shape[1]
         self.clusters = np.argmax(self.memberships, axis=1)
-        if self.hard:
+        if self.config.hard:
             as_labels(self.clusters, self.n_clusters)  # every cluster must win some argmax
         self.features = standardise_features(features, self.n_traces)
         self.n_features = self.features.shape[1]
         col = self.memberships.sum(axis=0)
-        self._weights = col / col.sum() if not self.hard else (
+        self._weights = col / col.sum() if not self.config.hard else (
             np.bincount(self.clusters, minlength=self.n_clusters) / self.n_traces
         )
-        self._discounts = self.gamma ** np.arange(self.n_step, dtype=np.float64)
+        self._discounts = self.config.gamma ** np.arange(self.config.n_step, dtype=np.float64)
         self._start_records()
-        self._next_due = self.warmup
-        self._start_predictor(rng, cfg.torch_seed)
+        self._next_due = self.config.warmup
+        self._start_predictor(rng, self.config.torch_seed)
 
     def _start_records(self) -> None:
         """Empty histories, training buffer, counters and logs."""
         # histories: per-cluster ring buffers of (trace index, G)
-        cap, k = self.cluster_history, self.n_clusters
+        cap, k = self.config.cluster_history, self.n_clusters
         self._hist_trace = np.zeros((k, cap), dtype=np.int64)
         self._hist_return = np.zeros((k, cap), dtype=np.float64)
         self._hist_len = np.zeros(k, dtype=np.int64)
         self._hist_head = np.zeros(k, dtype=np.int64)
         # predictor training buffer
-        self._buf_trace = np.zeros(self.train_every, dtype=np.int64)
-        self._buf_return = np.zeros(self.train_every, dtype=np.float64)
+        self._buf_trace = np.zeros(self.config.train_every, dtype=np.int64)
+        self._buf_return = np.zeros(self.config.train_every, dtype=np.float64)
         self._buf_len = 0
         # counters and logs
         self.recorded_episodes = 0
@@ -243,16 +237,17 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         self._train_rng = child
         gen = torch.Generator().manual_seed(self.torch_seed)
         self._model = self._build_model(gen)
-        self._optimizer = torch.optim.Adam(self._model.parameters(), lr=self.learning_rate)
+        self._optimizer = torch.optim.Adam(self._model.parameters(),
+                                           lr=self.config.learning_rate)
         self._x = torch.as_tensor(self.features, dtype=torch.float32)
 
     def _build_model(self, gen: Any) -> Any:
         import torch
 
         nn = torch.nn
-        sizes = [self.n_features, *self.hidden_sizes, 1]
+        widths = [self.n_features, *self.config.hidden_sizes, 1]
         layers: list[Any] = []
-        for fan_in, fan_out in pairwise(sizes):
+        for fan_in, fan_out in pairwise(widths):
             lin = nn.utils.skip_init(nn.Linear, fan_in, fan_out)  # no global-RNG default init
             with torch.no_grad():
                 nn.init.xavier_uniform_(lin.weight, generator=gen)
@@ -278,24 +273,24 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         trace = valid_trace(trace_index, self.n_traces)
         super().update(trace, rewards)
         r = np.asarray(rewards, dtype=np.float64).reshape(-1)
-        if r.shape[0] < self.n_step:
+        if r.shape[0] < self.config.n_step:
             self.skipped_episodes += 1
             return
-        g = float(r[: self.n_step] @ self._discounts)
+        g = float(r[: self.config.n_step] @ self._discounts)
         if not math.isfinite(g):
             raise ValueError(f"episode on trace {trace} has non-finite rewards")
         k = self.clusters[trace]
         slot = self._hist_head[k]
         self._hist_trace[k, slot] = trace
         self._hist_return[k, slot] = g
-        self._hist_head[k] = (slot + 1) % self.cluster_history
-        if self._hist_len[k] < self.cluster_history:
+        self._hist_head[k] = (slot + 1) % self.config.cluster_history
+        if self._hist_len[k] < self.config.cluster_history:
             self._hist_len[k] += 1
         self._buf_trace[self._buf_len] = trace
         self._buf_return[self._buf_len] = g
         self._buf_len += 1
         self.recorded_episodes += 1
-        if self._buf_len >= self.train_every:
+        if self._buf_len >= self.config.train_every:
             self._train_round()
 
     def _train_round(self) -> None:
@@ -305,18 +300,18 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         x = self._x[torch.as_tensor(self._buf_trace[:n])]
         y = torch.as_tensor(self._buf_return[:n], dtype=torch.float32)
         self._buf_len = 0
-        loss_fn = torch.nn.HuberLoss(delta=self.huber_delta)
+        loss_fn = torch.nn.HuberLoss(delta=self.config.huber_delta)
         model, opt = self._model, self._optimizer
         model.train()
         loss = None
         # update() may run inside an agent's no-grad rollout: gradients are needed here.
         with torch.enable_grad():
-            for _ in range(self.epochs):
-                if self.single_step_per_round:
+            for _ in range(self.config.epochs):
+                if self.config.single_step_per_round:
                     batches = [np.arange(n)]
                 else:
                     perm = self._train_rng.permutation(n)
-                    batches = np.array_split(perm, max(n // self.batch_size, 1))
+                    batches = np.array_split(perm, max(n // self.config.batch_size, 1))
                 for batch in batches:
                     idx = torch.as_tensor(batch)
                     opt.zero_grad(set_to_none=True)
@@ -333,12 +328,12 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         if self._hist_len.sum() == 0:
             return  # nothing recorded yet: stay uniform, retry at the next prioritised draw
         self._recompute()
-        self._next_due = self.prioritised_draws + self.recompute_every
+        self._next_due = self.prioritised_draws + self.config.recompute_every
 
     def _recompute(self) -> None:
         import torch
 
-        k, cap = self.n_clusters, self.cluster_history
+        k, cap = self.n_clusters, self.config.cluster_history
         lens = self._hist_len
         valid = np.arange(cap)[None, :] < lens[:, None]
         traces = self._hist_trace[valid]
@@ -347,7 +342,7 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         with torch.no_grad():
             pred = self._model(self._x[torch.as_tensor(traces)]).squeeze(-1).double().numpy()
         diff = np.abs(pred - returns)
-        delta = self.huber_delta
+        delta = self.config.huber_delta
         loss = np.where(diff <= delta, 0.5 * diff * diff, delta * (diff - 0.5 * delta))
         seen = lens > 0
         safe = np.maximum(lens, 1)
@@ -362,9 +357,9 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
         e_sum = err.sum()
         e = err / e_sum if e_sum > 0 else np.full(k, 1.0 / k)
         q = low / low.sum()
-        w = self.alpha * e + (1.0 - self.alpha) * q
+        w = self.config.alpha * e + (1.0 - self.config.alpha) * q
         w = w / w.sum()
-        if self.hard:
+        if self.config.hard:
             probs = cluster_weights_hard(self.clusters, w)
         else:
             probs = cluster_weights_soft(self.memberships, w)
@@ -416,8 +411,9 @@ class PlumeDynamicSampler(EpsilonMixtureSampler):
                 f"this sampler {self._hist_trace.shape} (cluster_history differs)"
             )
         buf_len = len(state["buf_trace"])
-        if buf_len >= self.train_every:
-            raise ValueError(f"state buffer holds {buf_len} episodes, train_every={self.train_every}")
+        if buf_len >= self.config.train_every:
+            raise ValueError(f"state buffer holds {buf_len} episodes, "
+                             f"train_every={self.config.train_every}")
         super().load_state_dict(state)
         self._weights = np.array(state["weights"], dtype=np.float64)
         self._hist_trace[:] = hist_trace

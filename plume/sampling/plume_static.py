@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from plume.checks import boolean, fail, fraction
 from plume.sampling.base import SamplerNeeds
-from plume.sampling.checks import FieldError, fraction
 from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import (
     as_labels,
@@ -42,12 +42,12 @@ class PlumeStaticConfig:
     cluster, normalised; None: equal."""
 
     def __post_init__(self) -> None:
-        self.hard = bool(self.hard)
+        self.hard = boolean("hard", self.hard)
         self.epsilon = fraction("epsilon", self.epsilon)
         if self.pools is not None:
             self.pools = [float(v) for v in self.pools]
             if not (all(math.isfinite(v) and v >= 0 for v in self.pools) and sum(self.pools) > 0):
-                raise FieldError("pools", f"must be finite, >= 0 and not all 0, got {self.pools}")
+                fail("pools", self.pools, "finite, >= 0 and not all 0")
 
 
 class PlumeStaticSampler(EpsilonMixtureSampler):
@@ -67,10 +67,9 @@ class PlumeStaticSampler(EpsilonMixtureSampler):
         super().__init__(n_traces, rng, config, **options)
         self.memberships = as_memberships(memberships, self.n_traces)
         self.n_clusters = self.memberships.shape[1]
-        self.hard = self.config.hard
         self.clusters = np.argmax(self.memberships, axis=1)
         self._pools = normalise_pools(self.config.pools, self.n_clusters)
-        if self.hard:
+        if self.config.hard:
             as_labels(self.clusters, self.n_clusters)  # every cluster must win some argmax
             self.set_prioritised(cluster_weights_hard(self.clusters, self._pools))
         else:

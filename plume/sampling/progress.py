@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from plume.checks import FieldError, fraction, integer, positive
 from plume.sampling.base import SamplerNeeds
-from plume.sampling.checks import FieldError, fraction, integer, positive, valid_trace
+from plume.sampling.checks import valid_trace
 from plume.sampling.mixture import EpsilonMixtureSampler
 from plume.sampling.weights import hard_labels
 
@@ -88,34 +89,31 @@ class LearningProgressSampler(EpsilonMixtureSampler):
     def __init__(self, n_traces: int, rng: np.random.Generator, memberships: np.ndarray,
                  config: LearningProgressConfig | None = None, **options: Any) -> None:
         super().__init__(n_traces, rng, config, **options)
-        cfg = self.config
-        self.window, self.temperature, self.min_episodes = (cfg.window, cfg.temperature,
-                                                            cfg.min_episodes)
         self.clusters, self.n_clusters = hard_labels(memberships, self.n_traces)
         self.cluster_sizes = np.bincount(self.clusters, minlength=self.n_clusters)
         self.cluster_episodes = np.zeros(self.n_clusters, dtype=np.int64)
-        self.windows = [deque(maxlen=self.window) for _ in range(self.n_clusters)]
+        self.windows = [deque(maxlen=self.config.window) for _ in range(self.n_clusters)]
         self.skipped_episodes = 0
         self._refresh()
 
     # -- priorities -----------------------------------------------------------------------------
     def slopes(self) -> np.ndarray:
         """Least-squares slope of each cluster's window, shape (K,); nan below min_episodes."""
-        return np.array([window_slope(w) if len(w) >= self.min_episodes else math.nan
+        return np.array([window_slope(w) if len(w) >= self.config.min_episodes else math.nan
                          for w in self.windows])
 
     def cluster_probabilities(self) -> np.ndarray:
         """Mass of each cluster in the prioritised distribution (before ε), shape (K,)."""
         alive = self.cluster_sizes > 0
         counts = np.array([len(w) for w in self.windows])
-        explore = alive & (counts < self.min_episodes)
+        explore = alive & (counts < self.config.min_episodes)
         if explore.any():
             return explore / explore.sum()
         progress = np.abs(self.slopes())
         scale = progress[alive].max()
         if not scale > 0:
             return alive / alive.sum()
-        logits = np.where(alive, progress / (self.temperature * scale), -np.inf)
+        logits = np.where(alive, progress / (self.config.temperature * scale), -np.inf)
         mass = np.exp(logits - logits[alive].max())  # exp(-inf) = 0 for empty clusters
         return mass / mass.sum()
 
@@ -155,10 +153,10 @@ class LearningProgressSampler(EpsilonMixtureSampler):
         windows = state["windows"]
         if len(windows) != self.n_clusters:
             raise ValueError(f"state has {len(windows)} clusters, this sampler {self.n_clusters}")
-        if any(len(w) > self.window for w in windows):
-            raise ValueError(f"state has windows longer than window={self.window}")
+        if any(len(w) > self.config.window for w in windows):
+            raise ValueError(f"state has windows longer than window={self.config.window}")
         super().load_state_dict(state)
-        self.windows = [deque(((int(k), float(s)) for k, s in w), maxlen=self.window)
+        self.windows = [deque(((int(k), float(s)) for k, s in w), maxlen=self.config.window)
                         for w in windows]
         self.cluster_episodes[:] = state["cluster_episodes"]
         self.skipped_episodes = int(state["skipped_episodes"])

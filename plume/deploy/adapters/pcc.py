@@ -157,8 +157,9 @@ class AuroraFlows:
             raise ValueError(f"unknown rate profile {profile!r}: use one of {PROFILES}")
         self.export_dir, self.profile = str(export_dir), profile
         first = load_controller(self.export_dir)  # fail at load time, not at the first flow
-        if first.env != "cc":
-            raise ValueError(f"{self.export_dir}: PCC's helper needs a cc export, got {first.env}")
+        if "pcc" not in first.protocols:
+            raise ValueError(f"{self.export_dir}: PCC's helper needs an export whose session "
+                             f"speaks PCC's protocol (Deployment.protocols), got {first.env}")
         self.contract = first.contract
         pcc_rl = pcc_rl_deployment(self.contract)
         self.clip_bps = pcc_rl["clip_bps"] if profile == "pcc" else None

@@ -197,9 +197,10 @@ class PensieveDecisions:
     def __init__(self, export_dir: str, max_clients: int = MAX_CLIENTS) -> None:
         self.export_dir = str(export_dir)
         first = load_controller(self.export_dir)  # a broken export fails now, not per POST
-        if first.env != "abr" or first.variant != "pensieve":
-            raise ValueError(f"{self.export_dir}: a Pensieve server needs an abr/pensieve export, "
-                             f"got {first.env}/{first.variant}")
+        if "pensieve" not in first.protocols:
+            raise ValueError(f"{self.export_dir}: a Pensieve server needs an export whose session "
+                             f"speaks Pensieve's protocol (Deployment.protocols), got "
+                             f"{first.env}/{first.variant}")
         constants = {**first.contract.get("constants", {}), **first.contract.get("action", {})}
         self.n_chunks = int(constants.get("n_chunks", 48))
         self.levels = len(constants.get("levels_kbps", ())) or 6

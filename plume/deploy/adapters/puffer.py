@@ -170,8 +170,9 @@ class PufferIpcClient:
 
     def __init__(self, ctrl: Any, ipc_path: str, frame_timeout_s: float = 10.0,
                  connect_timeout_s: float = 5.0) -> None:
-        if ctrl.env != "abr" or ctrl.variant != "gelato":
-            raise ValueError(f"Puffer's python_ipc needs an abr/gelato export, got "
+        if "puffer" not in ctrl.protocols:
+            raise ValueError(f"Puffer's python_ipc needs an export whose session speaks "
+                             f"Puffer's protocol (Deployment.protocols), got "
                              f"{ctrl.env}/{ctrl.variant}")
         self.ctrl, self.ipc_path = ctrl, str(ipc_path)
         self.frame_timeout_s, self.connect_timeout_s = frame_timeout_s, connect_timeout_s

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from plume.envs.registry import Anchors, EnvSpec, Metric, Score
+from plume.envs.registry import Anchors, Emulated, EnvSpec, Metric, Score, lazy
 from plume.traces.abr import ABR_DATASETS, load_abr_dataset
 
 VARIANTS = ("gelato", "pensieve")
@@ -169,6 +169,13 @@ SPEC = EnvSpec(
     default_dataset=lambda params: ("puffer_synthetic" if params.variant == "gelato"
                                     else "pensieve_synthetic"),
     deployment=_deployment,
+    # The slices on upper layers, in their own files, loaded only by the layer that uses them:
+    # deploy.py builds on plume.deploy, emulate.py on plume.emulation, networks.py on torch.
+    deploy=lazy("plume.envs.abr.deploy", "DEPLOYMENTS"),
+    emulation=Emulated(scenario=lazy("plume.envs.abr.emulate", "AbrEmulation"),
+                       metrics=("score", "mean_level", "stall", "throughput_mbps")),
+    networks={"gelato": lazy("plume.envs.abr.networks", "GelatoExtractor"),
+              "pensieve": lazy("plume.envs.abr.networks", "PensieveExtractor")},
     channel_help=("the gelato setting replays Puffer traces (per-chunk sizes and SSIMs of every "
                   "encoding); bandwidth-only traces (cooked, mahimahi) play with "
                   "env.variant=pensieve"),

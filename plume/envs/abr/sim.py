@@ -139,13 +139,13 @@ Pensieve (``sim/env.py`` with its agent loop):
 
 from __future__ import annotations
 
-import math
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
+from plume.checks import choice, fail, finite, integer, positive
 from plume.envs.abr.observation import (  # noqa: F401  (re-exported: the sim's constants)
     BUFFER_NORM_S,
     DELAY_NORM_S,
@@ -223,22 +223,6 @@ PENSIEVE_DEFAULTS = MappingProxyType({
 
 
 # ---------------------------------------------------------------------------- validation
-def _number(name: str, value: Any, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or (positive and value <= 0):
-        kind = "a positive finite" if positive else "a finite"
-        raise ValueError(f"{name} must be {kind} number, got {value}")
-    return value
-
-
-def _integer(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
-
-
 def _params(variant: str, train: bool, given: dict[str, Any]) -> dict[str, Any]:
     """The variant's parameters: defaults overridden by ``given``, unknown keys refused."""
     defaults = dict(GELATO_DEFAULTS if variant == "gelato" else PENSIEVE_DEFAULTS)
@@ -251,22 +235,22 @@ def _params(variant: str, train: bool, given: dict[str, Any]) -> dict[str, Any]:
     p = {**defaults, **given}
     if variant == "gelato":
         for key in ("quality_weight", "rebuf_weight", "change_weight"):
-            p[key] = _number(key, p[key])
+            p[key] = finite(key, p[key])
         for key in ("max_buffer", "chunk_seconds"):
-            p[key] = _number(key, p[key], positive=True)
+            p[key] = positive(key, p[key])
         if p["max_steps"] is not None:
-            p["max_steps"] = _integer("max_steps", p["max_steps"], 1)
-        p["history_len"] = _integer("history_len", p["history_len"], LOOKAHEAD)
-        p["min_chunks"] = _integer("min_chunks", p["min_chunks"], LOOKAHEAD + 1)
+            p["max_steps"] = integer("max_steps", p["max_steps"], 1)
+        p["history_len"] = integer("history_len", p["history_len"], LOOKAHEAD)
+        p["min_chunks"] = integer("min_chunks", p["min_chunks"], LOOKAHEAD + 1)
     else:
         for key in ("rebuf_penalty", "smooth_penalty"):
-            p[key] = _number(key, p[key])
-        p["link_rtt_ms"] = _number("link_rtt_ms", p["link_rtt_ms"])
+            p[key] = finite(key, p[key])
+        p["link_rtt_ms"] = finite("link_rtt_ms", p["link_rtt_ms"])
         if p["link_rtt_ms"] < 0:
-            raise ValueError(f"link_rtt_ms must be >= 0, got {p['link_rtt_ms']}")
+            fail("link_rtt_ms", p["link_rtt_ms"], ">= 0")
         for key in ("buffer_cap_s", "chunk_seconds"):
-            p[key] = _number(key, p[key], positive=True)
-        p["n_chunks"] = _integer("n_chunks", p["n_chunks"], 1)
+            p[key] = positive(key, p[key])
+        p["n_chunks"] = integer("n_chunks", p["n_chunks"], 1)
     return p
 
 
@@ -691,8 +675,7 @@ class AbrVecEnv(TraceVecEnv):
         **params: Any,
     ) -> None:
         self._setup(traces, n_envs, sampler, mode)
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        choice("variant", variant, VARIANTS)
         for key in ("time", "bandwidth"):
             if key not in traces.series:
                 raise ValueError(f"TraceSet {traces.name!r} has no series[{key!r}]; the ABR "

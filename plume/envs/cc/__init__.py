@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from plume.envs.registry import Anchors, EnvSpec, Metric, Score
+from plume.envs.registry import Anchors, Emulated, EnvSpec, Metric, Score, lazy
 from plume.traces.cc import CC_DATASETS, load_cc_dataset
 
 __all__ = ["SPEC", "CcParams"]
@@ -140,6 +140,11 @@ SPEC = EnvSpec(
     datasets={name: dataset.description for name, dataset in CC_DATASETS.items()},
     load_builtin=load_cc_dataset,
     deployment=_deployment,
+    # The slices on upper layers, in their own files, loaded only by the layer that uses them:
+    # deploy.py builds on plume.deploy, emulate.py on plume.emulation.
+    deploy=lazy("plume.envs.cc.deploy", "DEPLOYMENTS"),
+    emulation=Emulated(scenario=lazy("plume.envs.cc.emulate", "CcEmulation"),
+                       metrics=("score", "throughput_mbps", "latency", "loss")),
     builtin_test_sets=lambda dataset: [dataset],
     trace_formats=("npz",),
     params=CcParams,

@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from plume.checks import FieldError, fail, finite, integer, positive
 from plume.envs.cc.observation import (
     EMPTY_ROW,
     OBS_HIGH,
@@ -405,13 +406,6 @@ class FluidLinks:
 # --------------------------------------------------------------------------------------
 
 
-def _positive(name: str, value: Any) -> float:
-    value = float(value)
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive number, got {value}")
-    return value
-
-
 class CcVecEnv(TraceVecEnv):
     """N Aurora senders in lockstep; Gymnasium vector API with same-step autoreset.
 
@@ -452,27 +446,22 @@ class CcVecEnv(TraceVecEnv):
         reward_scale: float = 1.0,
     ) -> None:
         self._setup(traces, n_envs, sampler, mode)
-        for name, value, low in [("history", history, 1), ("episode_mis", episode_mis, 1),
-                                 ("substeps", substeps, 2)]:
-            if isinstance(value, bool) or int(value) != value or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if substeps % 2:
-            raise ValueError(f"substeps must be even (the MI is split in halves), got {substeps}")
-        self.min_rate, self.max_rate = _positive("min_rate", min_rate), _positive(
+        self.history = integer("history", history, 1)
+        self.episode_mis = integer("episode_mis", episode_mis, 1)
+        self.substeps = integer("substeps", substeps, 2)
+        if self.substeps % 2:
+            fail("substeps", substeps, "even (the MI is split in halves)")
+        self.min_rate, self.max_rate = positive("min_rate", min_rate), positive(
             "max_rate", max_rate)
-        if self.min_rate > self.max_rate:
-            raise ValueError(f"min_rate {min_rate} exceeds max_rate {max_rate}")
-        self.delta_scale = _positive("delta_scale", delta_scale)
-        self.init_rate = (_positive("init_rate_low", init_rate_low),
-                          _positive("init_rate_high", init_rate_high))
-        if init_rate_low > init_rate_high:
-            raise ValueError(f"init_rate_low {init_rate_low} exceeds init_rate_high "
-                             f"{init_rate_high}")
-        if not np.isfinite(reward_scale):
-            raise ValueError(f"reward_scale must be finite, got {reward_scale}")
-        self.reward_scale = float(reward_scale)
-        self.history, self.episode_mis, self.substeps = int(history), int(episode_mis), int(
-            substeps)
+        self.delta_scale = positive("delta_scale", delta_scale)
+        self.init_rate = (positive("init_rate_low", init_rate_low),
+                          positive("init_rate_high", init_rate_high))
+        for (low, lo), (high, hi) in ((("min_rate", min_rate), ("max_rate", max_rate)),
+                                      (("init_rate_low", init_rate_low),
+                                       ("init_rate_high", init_rate_high))):
+            if lo > hi:
+                raise FieldError(low, f"{lo} exceeds {high} {hi}")
+        self.reward_scale = finite("reward_scale", reward_scale)
         self._tables = LinkTables.shared(traces)
         self._same_starts = bool(np.all(self._tables.n_starts == self._tables.n_starts[0]))
 

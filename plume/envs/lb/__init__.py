@@ -19,7 +19,7 @@ import numpy as np
 
 from plume.envs.lb.controllers import CONTROLLERS
 from plume.envs.lb.sim import OBS_HIGH, LbEnv, LbVecEnv
-from plume.envs.registry import Anchors, EnvSpec, Metric, Score
+from plume.envs.registry import Anchors, EnvSpec, Metric, Score, lazy
 from plume.traces.lb import LB_DATASETS, PARK_RATES, load_lb_dataset
 
 __all__ = ["SPEC", "LbEnv", "LbParams", "LbVecEnv"]
@@ -123,6 +123,7 @@ SPEC = EnvSpec(
               "selection": {"fraction": 0.5, "steps": 7, "central_rounding": "floor"}},
     algo_preset="ppo_lb",
     deployment=_deployment,
+    deploy=lazy("plume.envs.lb.deploy", "DEPLOYMENTS"),  # builds on plume.deploy: loaded by it
     default_dataset=lambda params: "lb_mixed",
     channel_help=("LB traces are job sequences, series interarrival and job_size (CSV files "
                   "'arrival_time,size' with env.trace_format=csv)"),

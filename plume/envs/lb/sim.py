@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from plume.checks import fail, positive
 from plume.envs.lb.observation import park_observation
 from plume.envs.lb.reference import OBS_HIGH
 from plume.envs.single import SingleCopyEnv
@@ -140,11 +141,10 @@ class LbVecEnv(TraceVecEnv):
         self._setup(traces, n_envs, sampler, mode)
         rates = np.asarray(service_rates, dtype=np.float64)
         if rates.ndim != 1 or rates.size < 1 or not np.all(np.isfinite(rates) & (rates > 0)):
-            raise ValueError(f"service_rates must be positive numbers, got {service_rates!r}")
-        for name, value in (("reward_scale", reward_scale), ("obs_scale", obs_scale),
-                            ("obs_high", obs_high)):
-            if not (np.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            fail("service_rates", service_rates, "positive numbers")
+        self.reward_scale = positive("reward_scale", reward_scale)
+        self.obs_scale = positive("obs_scale", obs_scale)
+        self.obs_high = positive("obs_high", obs_high)
         for channel in ("interarrival", "job_size"):
             if channel not in traces.series:
                 raise ValueError(f"TraceSet {traces.name!r} has no series {channel!r}; LB "
@@ -152,8 +152,6 @@ class LbVecEnv(TraceVecEnv):
         self._rates = rates
         self._rates.setflags(write=False)
         self.n_servers = rates.size
-        self.reward_scale, self.obs_scale = float(reward_scale), float(obs_scale)
-        self.obs_high = float(obs_high)
         self._tables = JobTables(traces)
         high = np.float32(self.obs_high * self.obs_scale)
         self._set_spaces(spaces.Box(0.0, high, (self.n_servers + 1,), np.float32),

@@ -90,6 +90,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from plume.checks import finite, integer, positive
 from plume.envs.replay import COMPLETE_TOL, BatchedDownload, PayloadTables
 from plume.envs.single import SingleCopyEnv
 from plume.envs.vector import TraceVecEnv
@@ -174,16 +175,12 @@ class TraceBenchVecEnv(TraceVecEnv):
     ) -> None:
         self._setup(traces, n_envs, sampler, mode)
         n_traces = len(traces)
-        for name, value in [("quality_weight", quality_weight), ("rebuf_weight", rebuf_weight)]:
-            if not np.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value}")
-        for name, value in [("max_buffer", max_buffer), ("chunk_seconds", chunk_seconds)]:
-            if not (np.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value}")
-        if int(history_len) != history_len or history_len < 1:
-            raise ValueError(f"history_len must be an int >= 1, got {history_len}")
-        if int(min_trace_len) != min_trace_len or min_trace_len < 1:
-            raise ValueError(f"min_trace_len must be an int >= 1, got {min_trace_len}")
+        self.quality_weight = finite("quality_weight", quality_weight)
+        self.rebuf_weight = finite("rebuf_weight", rebuf_weight)
+        self.max_buffer = positive("max_buffer", max_buffer)
+        self.chunk_seconds = positive("chunk_seconds", chunk_seconds)
+        self.history_len = integer("history_len", history_len, 1)
+        self.min_trace_len = integer("min_trace_len", min_trace_len, 1)
         sizes = traces.chunks.get("video_sizes")
         if sizes is None:
             raise ValueError(
@@ -204,12 +201,6 @@ class TraceBenchVecEnv(TraceVecEnv):
             raise ValueError(
                 f"TraceSet {traces.name!r}: chunks['video_sizes'] must be finite and positive"
             )
-        self.quality_weight = float(quality_weight)
-        self.rebuf_weight = float(rebuf_weight)
-        self.history_len = int(history_len)
-        self.max_buffer = float(max_buffer)
-        self.chunk_seconds = float(chunk_seconds)
-        self.min_trace_len = int(min_trace_len)
 
         # Static tables.
         self._tables = PayloadTables.shared(traces)  # one per TraceSet, shared by all envs

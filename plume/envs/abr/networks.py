@@ -1,10 +1,16 @@
-"""The paper's ABR feature extractors: Gelato's ``SmallCNN`` and the original Pensieve network.
+"""The paper's ABR feature extractors: Gelato's ``SmallCNN`` and the original Pensieve network,
+ABR's networks slice (``SPEC.networks``: ``algo.network=gelato`` / ``pensieve``).
+
+Imported only by the agents layer, through the spec's lazy loaders: it imports torch, which
+importing an environment (and the torch-free deployment runtime) must not.
 
 Both map flat observations ``(..., obs_dim)`` float32 (what ``plume.envs.abr`` returns, see the
 ``plume.envs.abr.sim`` docstring for the layouts) to features ``(..., out_dim)``; the policy
-and value MLP heads go on top (``plume.agents.networks.ActorCritic(network=...)``). Every
-layer is followed by a ReLU; the features are the flattened, concatenated branch outputs, with
-no final linear layer (the reference's ``features_dim`` is exactly this concatenation).
+and value MLP heads go on top (``plume.agents.networks.ActorCritic(network=...)``: one
+extractor shared by actor and critic; the paper's heads are ``hidden_sizes=[256]`` for Gelato,
+``[128]`` for Pensieve, ReLU). Every layer is followed by a ReLU; the features are the
+flattened, concatenated branch outputs, with no final linear layer (the reference's
+``features_dim`` is exactly this concatenation).
 
 GelatoExtractor (paper App. C; ``SmallCNN`` in sagar-pa/plume's puffer_abr/network_heads.py)
 --------------------------------------------------------------------------------------------
