@@ -27,10 +27,9 @@ from plume.harness.anchors import SCORE_FILE, score_description
 from plume.harness.configdir import CONF_DIR
 from plume.harness.evaluation import Evaluator, eval_scores
 from plume.harness.schema import ConfigError, resolve_eval
-from plume.runs.errors import WriteFailed
 from plume.runs.lifecycle import JobRecord, Outcome, run_lifecycle
 from plume.runs.record import EVAL_TABLE
-from plume.runs.store import RunDirectory, RunDirectoryLocked, discard_unused
+from plume.runs.store import RunDirectory, discard_unused
 
 log = logging.getLogger("plume")
 
@@ -44,13 +43,8 @@ def main() -> None:
 
 def eval_job(cfg: DictConfig) -> dict[str, Any] | None:
     """One controller evaluation, as Hydra's task function (see ``train_job``)."""
-    hydra_cfg = HydraConfig.get()
-    try:
-        return run_controller(cfg, Path(hydra_cfg.runtime.output_dir))
-    except (ConfigError, RunDirectoryLocked) as err:  # one line, no traceback
-        sweep.refuse("plume-eval", err, hydra_cfg.mode)
-    except WriteFailed as err:  # a full disk: one line, a failure
-        sweep.failed_write("plume-eval", err, hydra_cfg.mode)
+    return sweep.run_task("plume-eval", lambda run_dir: run_controller(cfg, run_dir),
+                          HydraConfig.get())
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")(eval_job)

@@ -41,9 +41,8 @@ from plume.emulation.scenarios import scenario_class
 from plume.harness import sweep
 from plume.harness.configdir import CONF_DIR
 from plume.harness.errors import ConfigError
-from plume.runs.errors import WriteFailed
 from plume.runs.lifecycle import JobRecord, run_lifecycle
-from plume.runs.store import RunDirectory, RunDirectoryLocked, discard_unused
+from plume.runs.store import RunDirectory, discard_unused
 
 log = logging.getLogger("plume")
 
@@ -125,13 +124,8 @@ def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None, str
 
 def emulate_job(cfg: DictConfig) -> dict[str, Any] | None:
     """One emulation, as Hydra's task function (see ``train_job``)."""
-    hydra_cfg = HydraConfig.get()
-    try:
-        return run_emulation(cfg, Path(hydra_cfg.runtime.output_dir))
-    except (ConfigError, RunDirectoryLocked) as err:  # one line, no traceback
-        sweep.refuse("plume-emulate", err, hydra_cfg.mode)
-    except WriteFailed as err:  # a full disk: one line, a failure
-        sweep.failed_write("plume-emulate", err, hydra_cfg.mode)
+    return sweep.run_task("plume-emulate", lambda run_dir: run_emulation(cfg, run_dir),
+                          HydraConfig.get())
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR),

@@ -19,12 +19,14 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 from hydra.types import RunMode
 
 from plume.harness.errors import ConfigError, JobRefused
 from plume.runs.errors import WriteFailed
+from plume.runs.store import RunDirectoryLocked
 
 REFUSED_EXIT, FAILED_EXIT = 2, 1
 _LAST: dict[str, int] = {}
@@ -117,6 +119,19 @@ def failed_write(app: str, err: WriteFailed, mode: RunMode | None) -> NoReturn:
         raise err
     print(f"{app}: error: {err}", file=sys.stderr, flush=True)
     sys.exit(FAILED_EXIT)
+
+
+def run_task(app: str, run: Callable[[Path], Any], hydra_cfg: Any,
+             refused: tuple[type[Exception], ...] = ()) -> Any:
+    """A Hydra task function's body for every app: ``run(output_dir)``, with a user's mistake
+    or a folder in use (and ``refused``) as one line (:func:`refuse`) and a full disk as one
+    line too, a failure (:func:`failed_write`)."""
+    try:
+        return run(Path(hydra_cfg.runtime.output_dir))
+    except (ConfigError, RunDirectoryLocked, *refused) as err:  # one line, no traceback
+        refuse(app, err, hydra_cfg.mode)
+    except WriteFailed as err:  # a full disk: one line, a failure
+        failed_write(app, err, hydra_cfg.mode)
 
 
 def exit_code() -> int:

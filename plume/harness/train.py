@@ -27,9 +27,8 @@ from plume.harness.progress import format_clock  # noqa: F401 (public here too)
 from plume.harness.runtime import TrainingRun
 from plume.harness.schema import ConfigError, JobConfig, ResolvedJob, resolve_job
 from plume.harness.tracking import NullTracker, WandbTracker
-from plume.runs.errors import WriteFailed
 from plume.runs.lifecycle import JobRecord, run_lifecycle
-from plume.runs.store import RunDirectory, RunDirectoryLocked, discard_unused
+from plume.runs.store import RunDirectory, discard_unused
 
 log = logging.getLogger("plume")
 
@@ -54,12 +53,9 @@ def train_job(cfg: DictConfig) -> dict[str, Any] | None:
               "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})),
               "overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(
                   list(hydra_cfg.overrides.task)))}
-    try:
-        return run_job(cfg, Path(hydra_cfg.runtime.output_dir), choices, hydra_record=record)
-    except (ConfigError, RunDirectoryLocked, NonFiniteTraining) as err:  # one line
-        sweep.refuse("plume-train", err, hydra_cfg.mode)
-    except WriteFailed as err:  # a full disk: one line too, but a failure (exit status 1)
-        sweep.failed_write("plume-train", err, hydra_cfg.mode)
+    return sweep.run_task("plume-train",
+                          lambda run_dir: run_job(cfg, run_dir, choices, hydra_record=record),
+                          hydra_cfg, refused=(NonFiniteTraining,))
 
 
 _app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(train_job)
