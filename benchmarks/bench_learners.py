@@ -31,21 +31,20 @@ the 64 copies; SB3's own default cadence is 4), target copy every 1,000 env step
 
 from __future__ import annotations
 
-import single_thread  # noqa: F401,E402,I001  (one thread; must precede numpy)
-
 import argparse
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import single_thread  # noqa: F401,E402,I001  (one thread; must precede numpy)
 import torch
 from omegaconf import OmegaConf
 from scipy import stats
 
 from plume.agents import A2C, DQN, PPO, A2CConfig, DQNConfig, PPOConfig
 from plume.envs.registry import get_env
-from plume.harness.evaluation import eval_scores, evaluate_policy
+from plume.harness.training.evaluation import eval_scores, evaluate_policy
 from plume.sampling import UniformSampler
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "algo"

@@ -8,12 +8,12 @@ What it does, in the order a user would:
 1. loads TraceBench's built-in ``majority_fast`` training set (generated, no download);
 2. runs a small Plume stage 1-2 analysis (no feature selection, 3-5 GMM clusters, ~1 s) and
    builds a Plume sampler from it exactly as ``plume-train`` does
-   (``plume.harness.samplers.build_sampler``); Plume-Dynamic gets a short warm-up so that its
+   (``plume.harness.training.samplers.build_sampler``); Plume-Dynamic gets a short warm-up so that its
    cluster weights move within a small budget;
 3. trains SB3 PPO on ``PlumeVecEnv(spec.make(...))``: one batched env, one sampler, no
    ``Monitor`` (the env reports Gymnasium's episode keys itself);
 4. evaluates the greedy policy on every TraceBench test set with
-   ``plume.harness.evaluation.evaluate_policy`` (the table ``plume-train`` writes) and prints
+   ``plume.harness.training.evaluation.evaluate_policy`` (the table ``plume-train`` writes) and prints
    the mean score per test set and the sampler's weights and draws per cluster and kind.
 """
 
@@ -26,8 +26,8 @@ import numpy as np
 
 from plume.analysis import AnalysisSettings, analyze
 from plume.envs.registry import get_env
-from plume.harness.evaluation import eval_scores, evaluate_policy, sampler_weights
-from plume.harness.samplers import build_sampler
+from plume.harness.training.evaluation import eval_scores, evaluate_policy, sampler_weights
+from plume.harness.training.samplers import build_sampler
 
 SAMPLER_PARAMS = {
     "uniform": {},

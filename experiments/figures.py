@@ -21,9 +21,16 @@ import pandas as pd
 
 from experiments.catalog import DATASET_LABELS
 from experiments.curves import mean_and_ci, pyplot
+from plume.analysis import (
+    adjusted_rand_index,
+    analyze,
+)
+from plume.analysis.figures import (
+    cluster_scatter,
+)
 from plume.envs.registry import get_env
 from plume.figures import save_figure
-from plume.harness.configdir import CONF_DIR
+from plume.harness.config.configdir import CONF_DIR
 from plume.runs.record import (
     COMPLETED,
     EVAL_TABLE,
@@ -264,7 +271,7 @@ def analysis_settings():
     shares their cache."""
     from omegaconf import OmegaConf
 
-    from plume.harness.schema import (
+    from plume.harness.config.schema import (
         analysis_settings as typed,  # deferred: the schema loads torch (the algorithms)
     )
 
@@ -276,10 +283,6 @@ def clusters_figure(stem: Path, cache_dir: Path, settings=None) -> tuple[list[Pa
     paper's axes (mean throughput vs coefficient of variation of each trace), coloured by
     cluster, marked by ground-truth kind. The clustering itself uses the kept features named
     under each panel."""
-    from plume.analysis import (  # deferred: scikit-learn loads only when stages 1-2 run
-        adjusted_rand_index,
-        analyze,
-    )
 
     plt = pyplot()
     datasets, load = _datasets()
@@ -336,14 +339,7 @@ def env_clusters(out: Path, cache_dir: Path) -> tuple[dict[str, list[Path]], lis
     returns the figures and one summary line per env."""
     from omegaconf import OmegaConf
 
-    from plume.analysis import (  # deferred: scikit-learn loads only when stages 1-2 run
-        adjusted_rand_index,
-        analyze,
-    )
-    from plume.analysis.figures import (
-        cluster_scatter,  # deferred: scikit-learn loads only when stages 1-2 run
-    )
-    from plume.harness.schema import (
+    from plume.harness.config.schema import (
         analysis_settings,  # deferred: the schema loads torch (the algorithms)
     )
 
@@ -407,9 +403,6 @@ def render(name: str, roles: Mapping[Path, tuple[str, str]], out: str | Path, *,
             figures, lines = env_clusters(out, Path(cache_dir or analysis_cache()))
             artefacts.update(figures)
         else:
-            from plume.analysis import (
-                adjusted_rand_index,  # deferred: scikit-learn loads only when stages 1-2 run
-            )
 
             artefacts["figure"], analyses = clusters_figure(out / "fig12_clusters",
                                                             Path(cache_dir or analysis_cache()))

@@ -28,6 +28,7 @@ import pandas as pd
 from experiments.catalog import TRAINING_FIGURES, Figure, Group
 from experiments.curves import RunRoles
 from experiments.jobs import Job, figure_jobs
+from plume.report import analyse, load_scores, scan_runs
 from plume.report.inference import MIN_RUNS
 from plume.report.sequential import (
     CONTINUE,
@@ -119,7 +120,6 @@ def pair_statistic(group: Group, comparison: Comparison, roles: RunRoles, n: int
     """The comparison's Welch test at a look of ``n`` runs per side, computed by the report
     (``analyse`` on the two curves' runs with seeds below ``n``): n, diff, p and z."""
     from experiments.curves import report_grouping
-    from plume.report import analyse, load_scores, scan_runs
 
     pair = {run: role for run, role in roles.items()
             if role[0] == group.key and role[1] in (comparison.curve, comparison.baseline)}

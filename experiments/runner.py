@@ -67,7 +67,11 @@ from experiments.rounds import (
     round_record,
     summary_lines,
 )
-from plume.harness.train import format_clock
+from hydra_plugins.plume_sweeper.plume_sweeper import job_names
+from plume.harness.config.configdir import plume_hydra
+from plume.harness.config.preflight import check_controller
+from plume.harness.config.schema import ConfigError, validate
+from plume.harness.training.progress import format_clock
 from plume.report.inference import ALPHA
 from plume.report.sequential import CONTINUE, design
 from plume.runs.record import (
@@ -111,19 +115,16 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
     """Compose and validate every job's config as plume-train would (with the launcher's
     ``hydra_overrides``), predict its run directory and read its state; a bad override, a job
     key or a launcher key, fails here, before anything trains."""
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from plume.harness.configdir import CONF_DIR
-    from plume.harness.preflight import check_controller
-    from plume.harness.schema import validate
 
     checks = {"train": validate, "eval": check_controller}
     planned, composed = [], {}
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with plume_hydra():
             for job in jobs:
                 args = job.args(root, extra)
                 # The seeds of one configuration differ only in the seed, which is out of the
@@ -225,8 +226,8 @@ def launch(pending: Sequence[PlannedJob], overrides: Sequence[str],
 
 # The app of each job config: its module (run with this Python, as ``python -m``: the working
 # directory is importable, as it is for the figure command) and its name in its own lines.
-APPS = {"train": ("plume.harness.train", "plume-train"),
-        "eval": ("plume.harness.controllers", "plume-eval")}
+APPS = {"train": ("plume.harness.apps.train", "plume-train"),
+        "eval": ("plume.harness.apps.evaluate", "plume-eval")}
 
 
 def sweep_command(config: str, overrides: Sequence[str], jobs_file: Path) -> list[str]:
@@ -289,8 +290,6 @@ def _sweep_lines(pending: Sequence[PlannedJob], app: str,
                  stderr: Sequence[str]) -> list[str | None]:
     """Per job, the reason of the sweep's ``<app>: refused|failed [<job>]: <reason>`` line
     about it (a refusal as ``JobRefused: <reason>``, the way a refused job's error reads)."""
-    from hydra_plugins.plume_sweeper.plume_sweeper import job_names
-
     names = job_names([p.args for p in pending])
     found: list[str | None] = [None] * len(pending)
     for line in stderr:
@@ -757,7 +756,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from plume.harness.schema import ConfigError
 
     if args.jobs < 1:
         parser.error("-j must be >= 1")

@@ -43,8 +43,10 @@ if any(os.environ.get(k) != v for k, v in _PINNED.items()):  # imported as tests
 
 import absl.logging
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.core.global_hydra import GlobalHydra
+
+from plume.harness.config.configdir import plume_hydra
 
 # rliable imports absl, whose logging handler keeps the sys.stderr of the moment absl is first
 # imported: under pytest, a capture stream. A Hydra app run in this process reconfigures
@@ -84,11 +86,9 @@ def compose_config(config_name: str, *overrides: str, return_hydra_config: bool 
     """The config Hydra would build for the app ``config_name`` (``train``, ``analyze``, ...)
     with ``overrides`` (usable from module fixtures, where the function-scoped
     ``compose_cfg`` is not); with its ``hydra`` node if ``return_hydra_config``."""
-    import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
-
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with plume_hydra():
             return compose(config_name, overrides=list(overrides),
                            return_hydra_config=return_hydra_config)
     finally:
@@ -118,11 +118,9 @@ def compose_train(*overrides: str):
 @pytest.fixture
 def compose_cfg():
     """compose_cfg(*overrides) -> the job config Hydra would build for plume-train."""
-    import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
-
     def _compose(*overrides: str, hydra_cfg: bool = False):
         GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with plume_hydra():
             return compose("train", overrides=list(overrides), return_hydra_config=hydra_cfg)
 
     yield _compose
@@ -132,11 +130,9 @@ def compose_cfg():
 @pytest.fixture
 def compose_cfg_analyze():
     """compose_cfg_analyze(*overrides) -> the config of plume-analyze."""
-    import plume.harness.train  # noqa: F401  (registers the plume_dirname resolver)
-
     def _compose(*overrides: str):
         GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with plume_hydra():
             return compose("analyze", overrides=list(overrides))
 
     yield _compose

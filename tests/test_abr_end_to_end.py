@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from plume.harness.train import run_job
+from plume.harness.apps.train import run_job
 from plume.traces.abr import generate_pensieve_like
 from plume.traces.loaders import in_test_split, write_cooked, write_mahimahi
 from tests.conftest import TINY, plume_train_env
@@ -62,14 +62,14 @@ def test_a_directory_of_trace_files_trains_and_reports_with_no_user_code(
     score = json.loads((run / "score.json").read_text())
     anchors = score["normalisation"]["test_sets"][folder.name]
     assert anchors["floor"] < anchors["ceiling"]  # always-lowest below RobustMPC
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
-    from plume.harness.controllers import run_controller
-    from tests.conftest import CONF_DIR
+    from plume.harness.apps.evaluate import run_controller
+    from plume.harness.config.configdir import plume_hydra
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with plume_hydra():
         cfg = compose("eval", overrides=[*overrides[-4:], "controller=bba",
                                          f"paths.cache={tmp_path / 'cache'}"])
     GlobalHydra.instance().clear()
@@ -104,7 +104,7 @@ def test_a_malformed_trace_file_fails_before_work_in_one_line(tmp_path):
     lines[4] = "12.0 abc"
     bad.write_text("\n".join(lines) + "\n")
     done = subprocess.run(
-        [sys.executable, "-m", "plume.harness.train", "env=abr", "env.variant=pensieve",
+        [sys.executable, "-m", "plume.harness.apps.train", "env=abr", "env.variant=pensieve",
          "algo=a2c_pensieve", f"env.dataset={folder}", "env.trace_format=cooked", f"paths.root={tmp_path / 'runs'}",
          "logger=none"],
         capture_output=True, text=True, env=plume_train_env(), timeout=300)
@@ -116,7 +116,7 @@ def test_a_malformed_trace_file_fails_before_work_in_one_line(tmp_path):
 
 def test_plume_analyze_prints_clusters_of_the_synthetic_puffer_dataset(compose_cfg_analyze,
                                                                        tmp_path):
-    from plume.harness.analyze import report
+    from plume.harness.apps.analyze import report
 
     text = report(compose_cfg_analyze("env=abr", f"paths.root={tmp_path}",
                                       f"paths.cache={tmp_path / 'cache'}"), tmp_path / "out")
@@ -127,7 +127,7 @@ def test_plume_analyze_prints_clusters_of_the_synthetic_puffer_dataset(compose_c
 
 def test_traces_too_short_for_an_episode_are_refused_before_work_naming_the_trace(
         compose_cfg, tmp_path):
-    from plume.harness.schema import ConfigError
+    from plume.harness.config.schema import ConfigError
     from plume.traces.abr import generate_puffer_like
 
     sessions = generate_puffer_like(12, seed=1)
@@ -145,7 +145,7 @@ def test_traces_too_short_for_an_episode_are_refused_before_work_naming_the_trac
 
 def test_bandwidth_only_traces_in_the_gelato_setting_say_which_variant_plays_them(
         compose_cfg, tmp_path):
-    from plume.harness.schema import ConfigError
+    from plume.harness.config.schema import ConfigError
 
     folder = _trace_dir(tmp_path, "cooked", n=10)
     with pytest.raises(ConfigError, match="needs channel.s. chunk_sizes, ssim_db.*"

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from plume.agents import A2C, ALGORITHMS, PPO, A2CConfig, Algorithm, PPOConfig
+from plume.harness.apps.train import run_job
+from plume.harness.config.schema import ConfigError, validate
 from plume.runs.store import RunDirectory
-from plume.harness.schema import ConfigError, validate
-from plume.harness.train import run_job
 from tests.conftest import TINY, conf_options
 
 torch.set_num_threads(1)

@@ -16,7 +16,7 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from plume.analysis import analyze, assignment_table, contingency_table
-from plume.harness.preflight import check_analyze
+from plume.harness.config.preflight import check_analyze
 from plume.traces import load_tracebench
 from tests.conftest import TINY, compose_config
 
@@ -29,7 +29,7 @@ MAJORITY_FAST_KINDS = {"fast_high-var": 375, "fast_low-var": 375,
 def majority_fast(tmp_path_factory):
     """The ``plume-analyze env.dataset=majority_fast`` command, run once: (its folder, what it
     printed, the analysis it wrote out)."""
-    from plume.harness import analyze as command
+    from plume.harness.apps import analyze as command
 
     root = tmp_path_factory.mktemp("analyze")
     argv = ["plume-analyze", "env.dataset=majority_fast", f"paths.root={root}", CACHE]
@@ -115,7 +115,7 @@ def test_soft_memberships_are_written_as_they_are(majority_fast):
 
 def test_a_dataset_without_kinds_gets_no_label_column_and_no_contingency(
         compose_cfg_analyze, tmp_path):
-    from plume.harness.analyze import report
+    from plume.harness.apps.analyze import report
 
     traces = load_tracebench("majority_fast", "train")
     order = np.random.default_rng(1).permutation(len(traces))

@@ -102,7 +102,7 @@ JOB = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 sys.argv = ["plume-train", *sys.argv[1:]]
-from plume.harness.train import main
+from plume.harness.apps.train import main
 try:
     main()
 finally:

@@ -8,12 +8,13 @@ import json
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.core.global_hydra import GlobalHydra
 
 from plume.envs.registry import get_env
-from plume.harness.train import run_job
-from tests.conftest import CONF_DIR, TINY
+from plume.harness.apps.train import run_job
+from plume.harness.config.configdir import plume_hydra
+from tests.conftest import TINY
 
 TINY_ENV = [o for o in TINY if not o.startswith(("env.test_sets", "algo."))] + [
     "logger=none", "algo.hidden_sizes=[16,16]"]
@@ -43,7 +44,7 @@ def test_each_plume_sampler_trains_end_to_end(env, sampler, compose_cfg, tmp_pat
     ("lb", "lb_mixed", "adjusted Rand index vs ground truth"),
 ])
 def test_plume_analyze_prints_the_clusters(env, dataset, expect, compose_cfg_analyze, tmp_path):
-    from plume.harness.analyze import report
+    from plume.harness.apps.analyze import report
 
     text = report(compose_cfg_analyze(f"env={env}", f"env.dataset={dataset}",
                                       f"paths.root={tmp_path}",
@@ -54,10 +55,10 @@ def test_plume_analyze_prints_the_clusters(env, dataset, expect, compose_cfg_ana
 
 
 def _controller_run(env: str, controller: str, run_dir, cache) -> None:
-    from plume.harness.controllers import run_controller
+    from plume.harness.apps.evaluate import run_controller
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with plume_hydra():
         cfg = compose("eval", overrides=[f"env={env}", f"controller={controller}",
                                          f"paths.cache={cache}"])
     GlobalHydra.instance().clear()

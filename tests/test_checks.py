@@ -66,7 +66,7 @@ def test_algorithm_configs_report_their_own_names_as_plain_value_errors():
 
 
 def test_a_sampler_input_kind_is_declared_once_with_its_source():
-    from plume.harness.samplers import CONTROLLER_ROLES
+    from plume.harness.config.scored_controllers import CONTROLLER_ROLES
     from plume.sampling import INPUT_KINDS, SAMPLER_INPUTS, SAMPLERS, SamplerNeeds
     from plume.sampling.inputs import INPUT_SOURCES, InputKind
 

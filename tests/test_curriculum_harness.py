@@ -16,10 +16,10 @@ import pytest
 
 from plume.envs.registry import get_env
 from plume.envs.tracebench import RateBased
-from plume.harness.anchors import controller_trace_scores
-from plume.harness.evaluation import evaluate_policy
-from plume.harness.samplers import sampler_controllers
-from plume.harness.train import run_job
+from plume.harness.apps.train import run_job
+from plume.harness.config.scored_controllers import sampler_controllers
+from plume.harness.training.anchors import controller_trace_scores
+from plume.harness.training.evaluation import evaluate_policy
 from plume.traces import load_tracebench
 from tests.conftest import TINY
 
@@ -58,7 +58,7 @@ def test_a_sampler_that_needs_a_baseline_is_refused_where_there_is_none(compose_
 def test_plume_train_refuses_them_for_a_user_env_without_controllers(tmp_path, sampler):
     """examples/custom_env's link_share env has no classic controller: the job stops at
     validation with one line, before any run directory exists."""
-    command = [sys.executable, "-m", "plume.harness.train",
+    command = [sys.executable, "-m", "plume.harness.apps.train",
                f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]", "env=link_share",
                f"sampler={sampler}", "logger=none", f"paths.root={tmp_path}"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -76,7 +76,7 @@ def test_controller_trace_scores_are_the_evaluator_s_and_are_cached(tmp_path, mo
     frame = evaluate_policy(spec.controllers["always_highest"](spec.params()), spec,
                             {"ten": traces})
     np.testing.assert_array_equal(scores, frame["score"].to_numpy())
-    monkeypatch.setattr("plume.harness.anchors.Evaluator", None)  # a second evaluation fails
+    monkeypatch.setattr("plume.harness.training.anchors.Evaluator", None)  # a second evaluation fails
     np.testing.assert_array_equal(
         controller_trace_scores(spec, spec.params(), traces, "always_highest", tmp_path), scores)
 

@@ -19,7 +19,7 @@ def test_the_example_fits_in_under_60_lines():
 
 
 def test_plume_train_trains_a_user_environment_with_plume_dynamic(tmp_path):
-    command = [sys.executable, "-m", "plume.harness.train",
+    command = [sys.executable, "-m", "plume.harness.apps.train",
                f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]", "env=link_share",
                "sampler=plume_dynamic", "train.total_steps=8192", "train.eval_points=2",
                "logger=none", f"paths.root={tmp_path}", f"paths.cache={tmp_path / 'cache'}"]

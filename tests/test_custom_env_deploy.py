@@ -20,8 +20,8 @@ from plume.deploy import load_controller
 from plume.deploy.contract import ContractError, read_contract
 from plume.deploy.replay import simulated_sessions
 from plume.envs.registry import get_env
-from plume.harness.export import export_run
-from plume.harness.train import run_job
+from plume.harness.apps.export import export_run
+from plume.harness.apps.train import run_job
 from tests.conftest import ONE_THREAD, compose_train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from plume.harness.errors import ConfigError
-from plume.harness.schema import resolve_sampler_defaults, sampler_section, validate
+from plume.harness.config.errors import ConfigError
+from plume.harness.config.schema import resolve_sampler_defaults, sampler_section, validate
 from plume.sampling import (
     SAMPLERS,
     SamplerNeeds,
@@ -36,7 +36,7 @@ def test_the_example_fits_in_under_40_lines():
 
 
 def test_plume_train_trains_a_user_sampler_from_the_command_line(tmp_path):
-    command = [sys.executable, "-m", "plume.harness.train", *TINY, "logger=none",
+    command = [sys.executable, "-m", "plume.harness.apps.train", *TINY, "logger=none",
                f"paths.root={tmp_path}", f"sampler.package={EXAMPLE.relative_to(ROOT)}",
                "sampler.name=low_throughput", "+sampler.temperature=0.5"]
     done = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True,

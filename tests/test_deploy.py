@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
@@ -26,10 +26,11 @@ from plume.deploy.contract import ContractError, read_contract
 from plume.deploy.export import ParityError, check_parity, export_controller
 from plume.deploy.replay import simulated_sessions
 from plume.deploy.sessions import MeasurementError
-from plume.harness.export import export_run
+from plume.harness.apps.export import export_run
+from plume.harness.apps.train import run_job
+from plume.harness.config.configdir import plume_hydra
 from plume.runs.store import RunDirectory
-from plume.harness.train import run_job
-from tests.conftest import CONF_DIR, ONE_THREAD, TINY, compose_train
+from tests.conftest import ONE_THREAD, TINY, compose_train
 
 # One update of each learner: the weights only need to be a network's, not a good one's.
 BASE = [o for o in TINY if not o.startswith(("env.test_sets", "algo.", "train.total_steps",
@@ -152,7 +153,7 @@ def test_a_run_that_logs_to_wandb_gets_the_export_as_an_artifact(trained, tmp_pa
 
     import yaml
 
-    from plume.harness.export import artifact_name
+    from plume.harness.apps.export import artifact_name
 
     run_dir, _ = trained("a2c-mlp-gaussian")
     copy = tmp_path / "exp" / "sampler=uniform" / "seed=0"
@@ -264,12 +265,11 @@ def test_the_oracle_is_refused_outside_the_simulator(tmp_path):
 
 
 def test_a_plume_eval_run_exports_its_rule(tmp_path):
-    import plume.harness.train  # noqa: F401
-
-    from plume.harness.controllers import run_controller
+    import plume.harness.apps.train  # noqa: F401
+    from plume.harness.apps.evaluate import run_controller
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with plume_hydra():
         cfg = compose("eval", overrides=["env=abr", "env.variant=pensieve", "controller=bba",
                                          f"paths.root={tmp_path}"])
     GlobalHydra.instance().clear()
@@ -354,7 +354,7 @@ def test_unusable_exports_fail_in_one_line(tmp_path):
     (tmp_path / "contract.json").write_text('{"format": "plume-controller/2"}')
     with pytest.raises(ContractError, match="missing key.s. env, observation, action"):
         load_controller(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "plume.harness.export", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "plume.harness.apps.export", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [

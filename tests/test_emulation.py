@@ -263,7 +263,7 @@ def test_a_killed_emulator_leaves_no_process_and_no_namespace():
 
 
 # ------------------------------------------------------------------- plume-emulate jobs
-EMULATE = [sys.executable, "-m", "plume.harness.emulate"]
+EMULATE = [sys.executable, "-m", "plume.harness.apps.emulate"]
 """plume-emulate, through the interpreter running the tests (a venv need not be activated)."""
 
 

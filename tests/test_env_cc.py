@@ -15,9 +15,9 @@ from plume.envs.cc.controllers import Aimd, ConstantRate, Cubic, Oracle
 from plume.envs.cc.packet import Capacity, PacketLink
 from plume.envs.cc.sim import CcEnv, CcVecEnv, LinkTables, rate_action
 from plume.envs.registry import get_env
-from plume.harness.evaluation import evaluate_policy
-from plume.harness.schema import ConfigError, validate
-from plume.harness.train import run_job
+from plume.harness.apps.train import run_job
+from plume.harness.config.schema import ConfigError, validate
+from plume.harness.training.evaluation import evaluate_policy
 from plume.sampling.base import UniformSampler
 from plume.traces.cc import load_cc_dataset
 from plume.traces.traceset import TraceSet

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from plume.envs.registry import ENV_PACKAGES, EnvSpec, get_env
-from plume.harness.schema import ConfigError, validate
-from plume.harness.train import run_job
+from plume.harness.apps.train import run_job
+from plume.harness.config.schema import ConfigError, validate
 from tests.conftest import TINY
 
 REFERENCE = Path(__file__).parent / "data" / "tracebench_reference"
@@ -86,16 +86,16 @@ def test_analysis_nulls_take_the_environment_defaults(compose_cfg):
 
 def test_a_controller_run_is_stored_like_a_learned_one_and_reported_beside_it(
         compose_cfg, tmp_path):
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
-    from plume.harness.controllers import run_controller
+    from plume.harness.apps.evaluate import run_controller
+    from plume.harness.config.configdir import plume_hydra
     from plume.report import build_report
-    from tests.conftest import CONF_DIR
 
     run_job(compose_cfg(*TINY, "logger=none"), tmp_path / "learned" / "seed=0")
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with plume_hydra():
         cfg = compose("eval", overrides=["controller=always_highest",
                                          "env.test_sets=[majority_slow]"])
     run_dir = tmp_path / "controllers" / "seed=0"
@@ -113,6 +113,6 @@ def test_a_controller_run_is_stored_like_a_learned_one_and_reported_beside_it(
     assert "always_highest" not in result.analysis.algorithms  # never pooled with seeds
     assert "Classic controllers" in result.report.read_text()
     with pytest.raises(ConfigError, match="valid choices: always_highest, always_lowest"):
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        with plume_hydra():
             run_controller(compose("eval", overrides=["controller=bba"]), tmp_path / "x")
     GlobalHydra.instance().clear()

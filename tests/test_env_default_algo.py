@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from plume.agents import ALGORITHMS, A2CConfig
 from plume.envs.registry import ENV_PACKAGES, get_env
-from plume.harness.schema import (
+from plume.harness.config.schema import (
     AUTO,
     ConfigError,
     algo_section,
@@ -127,7 +127,7 @@ def test_plume_train_trains_the_pensieve_variant_with_pensieve_s_a2c(compose_cfg
     """tests/test_deploy.py's a2c-pensieve budget (one update, one evaluation), no algo=."""
     tiny = [o for o in TINY if not o.startswith(("env.test_sets", "algo.", "train.total_steps",
                                                  "train.eval_points", "env.n_envs"))]
-    command = [sys.executable, "-m", "plume.harness.train", "env=abr", "env.variant=pensieve",
+    command = [sys.executable, "-m", "plume.harness.apps.train", "env=abr", "env.variant=pensieve",
                *tiny, "logger=none", "train.eval_points=1", "env.n_envs=4",
                "analysis.k_range=[2,3]", "analysis.selection.k_end=3", "train.total_steps=64",
                f"paths.root={tmp_path}"]

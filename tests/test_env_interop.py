@@ -14,7 +14,7 @@ import pytest
 from plume.envs.abr import AbrParams
 from plume.envs.registry import get_env
 from plume.envs.vector import GYMNASIUM_EPISODE_KEYS
-from plume.harness.evaluation import Evaluator, evaluate_policy
+from plume.harness.training.evaluation import Evaluator, evaluate_policy
 
 
 @pytest.fixture(scope="module")

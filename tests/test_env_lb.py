@@ -230,7 +230,7 @@ def test_least_work_left_beats_random_by_an_order_of_magnitude():
     """Park's defaults, 1000 jobs, give mean JCTs near 790 (least work left) and 14,500
     (random). A job's JCT is at least its service time on the fastest server, which bounds
     any simulator from below; a simulator that never queues would put random close to it."""
-    from plume.harness.evaluation import evaluate_policy
+    from plume.harness.training.evaluation import evaluate_policy
 
     traces = generate_park(16, 42, n_jobs=1000)
     params = LbParams()
@@ -323,7 +323,7 @@ def test_the_spec_scores_negative_mean_jct_between_random_and_lwl():
 
 def test_the_lb_feature_set_holds_the_papers_features(compose_cfg):
     from plume.analysis.features import FEATURE_SETS, compute_features
-    from plume.harness.schema import validate
+    from plume.harness.config.schema import validate
 
     job = validate(compose_cfg("env=lb"))
     assert (job.analysis.feature_set, job.analysis.channel, job.analysis.k_range) == (
@@ -340,8 +340,8 @@ def test_the_lb_feature_set_holds_the_papers_features(compose_cfg):
 
 
 def test_a_csv_folder_is_a_dataset_the_harness_checks_and_replays(compose_cfg, tmp_path):
-    from plume.harness.datasets import load_checked
-    from plume.harness.schema import validate
+    from plume.harness.config.datasets import load_checked
+    from plume.harness.config.schema import validate
     from plume.traces.lb import write_lb_csv
 
     source = generate_park(30, 1, n_jobs=25)
@@ -358,7 +358,7 @@ def test_a_csv_folder_is_a_dataset_the_harness_checks_and_replays(compose_cfg, t
 
 
 def test_a_training_run_on_lb_writes_its_score(compose_cfg, tmp_path):
-    from plume.harness.train import run_job
+    from plume.harness.apps.train import run_job
 
     overrides = [o for o in TINY if not o.startswith("env.test_sets")] + [
         "env=lb", "env.test_sets=[park]", "sampler=uniform", "logger=none",

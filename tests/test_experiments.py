@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from experiments import runner
 from experiments.catalog import DATASET_FIGURES, DATASETS, MAIN_SAMPLERS, TRAINING_FIGURES
-from plume.harness.schema import validate
+from plume.harness.config.schema import validate
 from tests.conftest import TINY, conf_options
 
 # Hydra 1.3 warns that conf/hydra/launcher/<name>.yaml is matched to the plugin schema of the

@@ -26,8 +26,8 @@ import pytest
 from plume.deploy import load_controller
 from plume.deploy.contract import ContractError
 from plume.deploy.export import ParityError, contract_for, export_controller, export_policy
-from plume.harness.export import main as export_main
-from plume.harness.train import run_job
+from plume.harness.apps.export import main as export_main
+from plume.harness.apps.train import run_job
 from tests.conftest import ONE_THREAD, TINY, compose_train
 
 BASE = [o for o in TINY if not o.startswith(("env.test_sets", "algo.", "train.total_steps",
@@ -45,7 +45,7 @@ RUNS = {  # name: (folder under the sweep root, overrides)
 def trained(tmp_path_factory):
     """The three tiny runs of RUNS, trained once for the module (tests work on copies); the
     LB run exported into its default folder."""
-    from plume.harness.export import export_run
+    from plume.harness.apps.export import export_run
 
     root = tmp_path_factory.mktemp("sweep")
     for folder, overrides in RUNS.values():
@@ -202,7 +202,7 @@ def test_a_read_only_destination_is_refused_in_one_line(sweep, tmp_path):
     in a private mount namespace of the command's own (gone when it exits)."""
     locked = tmp_path / "locked"
     locked.mkdir()
-    command = [sys.executable, "-m", "plume.harness.export", str(sweep["cc0"]), "--out",
+    command = [sys.executable, "-m", "plume.harness.apps.export", str(sweep["cc0"]), "--out",
                str(locked / "export")]
     if os.geteuid() != 0:
         locked.chmod(0o555)
@@ -230,7 +230,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(sweep, tmp_path):
     run = sweep["cc0"]
     before = snapshot(run)
     done, after = on_small_disk(tmp_path, "16k", [
-        sys.executable, "-m", "plume.harness.export", str(run), "--out",
+        sys.executable, "-m", "plume.harness.apps.export", str(run), "--out",
         str(tmp_path / "disk" / "export")])
     assert done.returncode == 2, done.stderr
     (line,) = [x for x in done.stderr.splitlines() if not x.startswith("[plume-export]")]
@@ -384,7 +384,7 @@ def test_plume_emulate_refuses_a_damaged_export_before_its_run_directory(tmp_pat
     folder = export_controller("abr", {"variant": "pensieve"}, "bba", tmp_path / "bba")
     edit(folder, "action.levels_kbps.0", 0, sealed=True)
     root = tmp_path / "runs"
-    out = subprocess.run([sys.executable, "-m", "plume.harness.emulate", "env=abr",
+    out = subprocess.run([sys.executable, "-m", "plume.harness.apps.emulate", "env=abr",
                           "env.variant=pensieve", f"export={folder}", f"paths.root={root}",
                           "exp_name=e", "emulation.traces=1"], capture_output=True, text=True,
                          timeout=120, env={**os.environ, **ONE_THREAD})
@@ -410,7 +410,7 @@ def test_a_corrupt_model_is_one_line_from_serve_and_emulate(sweep, capsys, tmp_p
     commands = {
         "plume-serve pcc": [sys.executable, "-m", "plume.deploy.serve", "pcc", str(folder),
                             "--write-module", str(tmp_path / "module")],
-        "plume-emulate": [sys.executable, "-m", "plume.harness.emulate", "env=cc",
+        "plume-emulate": [sys.executable, "-m", "plume.harness.apps.emulate", "env=cc",
                           f"export='{folder}'", f"paths.root={root}", "exp_name=e"],
     }
     for name, command in commands.items():

@@ -13,10 +13,10 @@ import torch
 from hydra.errors import MissingConfigException
 from omegaconf import OmegaConf
 
+from plume.harness.apps.train import run_job
+from plume.harness.config.schema import ConfigError, validate
+from plume.harness.training.seeding import spawn_streams, torch_seed
 from plume.runs.store import RunDirectory
-from plume.harness.schema import ConfigError, validate
-from plume.harness.seeding import spawn_streams, torch_seed
-from plume.harness.train import run_job
 from plume.traces import load_tracebench
 from tests.conftest import TINY, conf_options, plume_train_env
 
@@ -140,7 +140,7 @@ def test_same_seed_same_results_different_seed_different_results(compose_cfg, tm
 
 
 def test_a_failing_job_records_why(compose_cfg, tmp_path, monkeypatch):
-    from plume.harness.loop import TrainingLoop
+    from plume.harness.training.loop import TrainingLoop
 
     def crash(self):  # a bug while training (bad data is refused before the run exists)
         raise RuntimeError("a bug in training")
@@ -155,7 +155,7 @@ def test_a_failing_job_records_why(compose_cfg, tmp_path, monkeypatch):
 
 def test_multirun_writes_the_sweep_layout_and_skips_completed_jobs(tmp_path):
     command = [
-        sys.executable, "-m", "plume.harness.train", "-m",
+        sys.executable, "-m", "plume.harness.apps.train", "-m",
         "sampler=uniform", "seed=0,1", f"paths.root={tmp_path}", "logger=none", *TINY,
     ]
     first = subprocess.run(command, capture_output=True, text=True, env=plume_train_env())
@@ -192,7 +192,7 @@ def test_a_multirun_of_a_jobs_file_runs_exactly_its_jobs(compose_cfg, tmp_path):
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
     root = tmp_path / "runs"
     common = [*TINY, "logger=none", f"paths.root={root}"]
-    command = [sys.executable, "-m", "plume.harness.train", "-m",
+    command = [sys.executable, "-m", "plume.harness.apps.train", "-m",
                f"hydra.sweeper.jobs={tmp_path / 'jobs.json'}", *common]
     done = subprocess.run(command, capture_output=True, text=True, env=plume_train_env())
     assert done.returncode == 0, done.stderr[-3000:]
@@ -260,7 +260,7 @@ def test_a_jobs_file_lists_runs_not_sweeps(tmp_path):
 
 
 def test_an_interrupted_job_resumes_from_its_checkpoint(compose_cfg, tmp_path, monkeypatch):
-    from plume.harness import evaluation
+    from plume.harness.training import evaluation
 
     real_evaluate = evaluation.Evaluator.evaluate
 
@@ -298,7 +298,7 @@ def test_a_checkpoint_of_another_configuration_is_not_resumed(compose_cfg, tmp_p
 
 
 def test_a_long_override_list_still_makes_a_valid_folder_name():
-    from plume.harness.configdir import override_dirname as _override_dirname
+    from plume.harness.config.configdir import override_dirname as _override_dirname
 
     overrides = ",".join(f"sampler.param_{i}=value_{i}" for i in range(40))
     name = _override_dirname(overrides)
@@ -309,7 +309,7 @@ def test_a_long_override_list_still_makes_a_valid_folder_name():
 
 def test_evaluations_fall_on_distinct_env_steps_and_the_eta_is_never_negative(compose_cfg,
                                                                             tmp_path):
-    from plume.harness.train import format_clock
+    from plume.harness.training.progress import format_clock
 
     # updates of 8 x 64 = 512 steps, evaluation points every 256: every other one is passed
     run_job(compose_cfg(*TINY, "logger=none", "train.eval_points=8"), tmp_path)

@@ -9,12 +9,12 @@ import torch
 
 from plume.agents import PPO, PPOConfig
 from plume.envs import TraceBenchVecEnv
-from plume.harness.analyze import report
-from plume.harness.monitor import TrainingMonitor
+from plume.harness.apps.analyze import report
+from plume.harness.apps.train import run_job
+from plume.harness.config.schema import ConfigError
+from plume.harness.training.monitor import TrainingMonitor
+from plume.harness.training.samplers import EpisodeSignals
 from plume.runs.store import RunDirectory
-from plume.harness.samplers import EpisodeSignals
-from plume.harness.schema import ConfigError
-from plume.harness.train import run_job
 from plume.sampling import TraceSampler, UniformSampler
 from plume.traces import load_tracebench
 from tests.conftest import TINY

@@ -34,10 +34,10 @@ def test_a_wheel_installed_elsewhere_trains_a_tiny_job_and_lists_its_config_grou
 
     where = run("-c", "import plume, experiments; print(plume.__file__, experiments.__file__)")
     assert where.stdout.count(str(site)) == 2, where.stdout + where.stderr
-    helped = run("-m", "plume.harness.train", "--help")
+    helped = run("-m", "plume.harness.apps.train", "--help")
     assert helped.returncode == 0
     assert "sampler: " in helped.stdout and "plume_dynamic" in helped.stdout
-    job = run("-m", "plume.harness.train", "train.total_steps=1024", "train.eval_points=1",
+    job = run("-m", "plume.harness.apps.train", "train.total_steps=1024", "train.eval_points=1",
               "env.n_envs=8", "env.test_sets=[majority_slow]", "algo.n_steps=64",
               "algo.hidden_sizes=[16]", "logger=none", "sampler=plume_static",
               f"paths.root={elsewhere / 'runs'}")

@@ -20,7 +20,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 from experiments import runner
-from plume.harness.seeding import JobIsolation
+from plume.harness.training.seeding import JobIsolation
 from tests.conftest import CONF_DIR, TINY, plume_train_env
 
 # Hydra 1.3 warns that conf/hydra/launcher/<name>.yaml is matched to the plugin schema of the
@@ -221,7 +221,7 @@ def test_jobs_in_a_reused_joblib_worker_match_jobs_in_fresh_processes(tmp_path):
     second = [i for i, p in enumerate(in_worker) if p["pid"] in pids[:i]]
     fresh = tiny_jobs(3, tmp_path / "fresh")
     for i in second:
-        subprocess.run([sys.executable, "-m", "plume.harness.train", *fresh[i].args, PROBE],
+        subprocess.run([sys.executable, "-m", "plume.harness.apps.train", *fresh[i].args, PROBE],
                        cwd=REPO, env=plume_train_env(), check=True, capture_output=True)
         in_fresh = json.loads((fresh[i].run_dir / "probe.json").read_text())
         assert in_worker[i]["rngs"] == in_fresh["rngs"]  # seeded from the job seed

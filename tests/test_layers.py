@@ -5,7 +5,10 @@
   and the algorithms know nothing of traces or samplers.
 - Only the packages :data:`ONLY_IN` names import Hydra, OmegaConf, W&B, rliable or matplotlib;
   the traces never import torch, and the deployment runtime runs without it.
-- No import cycle between files (module-level imports: what runs when a module is imported).
+- No import cycle between files (module-level imports: what runs when a module is imported);
+  an import inside a function that crosses layers says why, on its own line.
+- Importing a module registers nothing with Hydra or OmegaConf: the apps register Plume's
+  configs when they start, and a task sent to a launcher's worker registers them there.
 - An environment is its own package: outside it no module imports it by name or keeps a table
   or a branch keyed by its name.
 - Each contract paragraph names its hooks: the methods a subclass must write are the ones
@@ -43,7 +46,9 @@ LAYERS = (  # bottom to top: a module imports nothing of a layer above its own
     ("plume.runs",),  # the run record (file names, states) and its store
     ("plume.deploy",),
     ("plume.emulation",),  # links, namespaces, sessions: no Hydra (plume-emulate's app is harness's)
-    ("plume.harness",),
+    ("plume.harness", "plume.harness.config"),  # the typed job config, its checks, conf/
+    ("plume.harness.training", "plume.harness.integrations"),  # the runtime; W&B and Optuna
+    ("plume.harness.apps",),  # the command-line apps, each handing its job to the lifecycle
     ("hydra_plugins",),  # the plume sweepers, on the harness's sweep module
     ("plume.report",),
     ("experiments",),
@@ -55,12 +60,14 @@ belongs to that layer (``plume.envs.registry``: only that layer loads it)."""
 APART = {
     "plume.report": ("plume.harness",),  # beside each other: both read the run record
     "plume.agents": ("plume.traces", "plume.analysis", "plume.sampling"),  # no traces, no sampler
+    "plume.harness.training": ("plume.harness.integrations",),  # a tracker is passed in
+    "plume.harness.integrations": ("plume.harness.training",),
 }
 """Layers a layer must not import although they are below it."""
 
 HYDRA_USERS = ("plume.harness", "experiments", "hydra_plugins")
 PLOTTERS = ("plume.report", "experiments", "plume.analysis.figures", "plume.figures",
-            "plume.harness.tune")  # the search's own figures (Optuna's history, importances)
+            "plume.harness.integrations.tune")  # the search's own figures (Optuna's history, importances)
 ONLY_IN = {"hydra": HYDRA_USERS, "omegaconf": HYDRA_USERS, "wandb": ("plume.harness",),
            "rliable": PLOTTERS, "matplotlib": PLOTTERS}
 """Third-party packages and the only code that may import them."""
@@ -98,12 +105,14 @@ def layer(module: str) -> str | None:
 @dataclass(frozen=True)
 class Import:
     """One imported module: ``target`` (the submodule when ``from pkg import sub`` names one),
-    imported by ``module`` at ``where``, ``top`` when it runs as the module is imported."""
+    imported by ``module`` at ``where``, ``top`` when it runs as the module is imported,
+    ``reason`` when the statement carries a comment."""
 
     module: str
     where: str
     target: str
     top: bool
+    reason: bool = False
 
 
 def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
@@ -121,16 +130,20 @@ def imports_of(path: Path) -> list[Import]:
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: list[Import] = []
+    source = path.read_text()
+    lines = source.splitlines()
 
     def visit(node: ast.AST, top: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 where = f"{path.relative_to(ROOT)}:{child.lineno}"
-                found.extend(Import(module, where, t, top) for t in _targets(child, package))
+                reason = any("#" in line for line in lines[child.lineno - 1:child.end_lineno])
+                found.extend(Import(module, where, t, top, reason)
+                             for t in _targets(child, package))
             visit(child, top and not isinstance(
                 child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
-    visit(ast.parse(path.read_text()), True)
+    visit(ast.parse(source), True)
     return list(dict.fromkeys(found))  # ``from pkg import a, b``: pkg once
 
 
@@ -154,8 +167,8 @@ def test_layers_kept_apart_import_nothing_of_each_other():
 @pytest.mark.parametrize("module, forbidden", [
     ("plume.report", "plume.harness"),
     ("plume.report.builder", "plume.harness"),
-    ("plume.harness.train", "plume.report"),
-    ("plume.harness.analyze", "plume.report"),
+    ("plume.harness.apps.train", "plume.report"),
+    ("plume.harness.apps.analyze", "plume.report"),
 ])
 def test_a_layer_loads_nothing_of_the_layer_beside_it(module, forbidden):
     code = (f"import sys, {module}; "
@@ -164,6 +177,15 @@ def test_a_layer_loads_nothing_of_the_layer_beside_it(module, forbidden):
                           cwd=ROOT, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_an_import_inside_a_function_across_layers_says_why():
+    """A function-local import hides a dependency from the module's head; across layers it
+    carries a one-line reason (what it keeps from loading: torch, a plugin at Hydra's start)."""
+    silent = [f"{i.where}: {i.module} imports {i.target}" for i in IMPORTS
+              if not i.top and not i.reason and layer(i.module) and layer(i.target)
+              and layer(i.module) != layer(i.target)]
+    assert not silent, "\n".join(silent)
 
 
 # ---------------------------------------------------------------------- third-party packages
@@ -196,6 +218,49 @@ def test_the_deployment_runtime_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- side effects
+REGISTERED = textwrap.dedent("""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+    def registered():
+        return (OmegaConf.has_resolver("plume_dirname"),
+                sorted(ConfigStore.instance().repo.get("schema", {})))
+""")
+
+
+def test_importing_every_module_registers_nothing():
+    script = REGISTERED + textwrap.dedent(f"""
+        import importlib
+        for name in {sorted(m for m in MODULES if not m.startswith("hydra_plugins"))!r}:
+            importlib.import_module(name)
+        print(registered())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "(False, [])"
+
+
+def test_a_task_unpickled_in_a_fresh_process_registers_the_configs(tmp_path):
+    """What a joblib, submitit or Ray worker does with the task function it is sent."""
+    import pickle
+
+    from plume.harness.apps.entry import HydraTask
+    from plume.harness.apps.train import train_job
+
+    (tmp_path / "task.pkl").write_bytes(pickle.dumps(HydraTask(train_job)))
+    script = REGISTERED + textwrap.dedent(f"""
+        import pickle, pathlib
+        before = registered()
+        task = pickle.loads(pathlib.Path({str(tmp_path / "task.pkl")!r}).read_bytes())
+        print(before, registered(), task.__name__)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "(False, []) (True, ['algo', 'sampler']) train_job"
 
 
 # ------------------------------------------------------------------------------ file cycles

@@ -244,7 +244,7 @@ def row_state(report: subprocess.CompletedProcess) -> str:
 def test_a_killed_plume_eval_reads_interrupted_and_a_second_one_is_refused(tmp_path):
     module = tmp_path / "waiting_env.py"
     module.write_text(textwrap.dedent(BLOCKING_ENV.format(example=str(EXAMPLE))))
-    command = [sys.executable, "-m", "plume.harness.controllers",
+    command = [sys.executable, "-m", "plume.harness.apps.evaluate",
                f"hydra.searchpath=[file://{EXAMPLE / 'conf'}]", "env=link_share",
                f"env.package={module}", "controller=waits", f"paths.root={tmp_path / 'runs'}",
                f"paths.cache={tmp_path / 'cache'}"]
@@ -254,7 +254,7 @@ def test_a_killed_plume_eval_reads_interrupted_and_a_second_one_is_refused(tmp_p
 @pytest.mark.skipif(__import__("plume.emulation", fromlist=["can_emulate"]).can_emulate()
                     is not None, reason="plume-emulate needs CAP_NET_ADMIN and /dev/net/tun")
 def test_a_killed_plume_emulate_reads_interrupted_and_a_second_one_is_refused(tmp_path):
-    command = [sys.executable, "-m", "plume.harness.emulate", f"paths.root={tmp_path / 'runs'}",
+    command = [sys.executable, "-m", "plume.harness.apps.emulate", f"paths.root={tmp_path / 'runs'}",
                "exp_name=e", "env=abr", "env.variant=pensieve", "controller=bba",
                "emulation.traces=2", "emulation.parallel=1", "emulation.chunks=40"]
     _killed_then_refused(command, tmp_path / "runs", "plume-emulate", tmp_path)

@@ -22,7 +22,7 @@ def test_two_hundred_jobs_through_joblib_run_once_each_and_pool_in_the_report(tm
     from plume.report import build_report
 
     root = tmp_path / "runs"
-    command = [sys.executable, "-m", "plume.harness.train", "-m", "hydra/launcher=joblib",
+    command = [sys.executable, "-m", "plume.harness.apps.train", "-m", "hydra/launcher=joblib",
                "hydra.launcher.n_jobs=2", f"seed=range({JOBS // 2})",
                "sampler=uniform,plume_static",
                "train.total_steps=256", "train.eval_points=1", "train.eval_at_start=false",

@@ -37,7 +37,7 @@ socket.socket.connect = connect
 import atexit
 atexit.register(lambda: print("NETWORK-ATTEMPTS", len(attempts), attempts, file=sys.stderr))
 sys.argv = ["plume-train", *sys.argv[1:]]
-from plume.harness.train import main
+from plume.harness.apps.train import main
 main()
 '''
 
@@ -61,7 +61,7 @@ def test_no_process_of_a_default_job_resolves_or_connects(tmp_path):
     """The same, seen by the kernel for every process (W&B's Go service included)."""
     trace = tmp_path / "trace"
     done = subprocess.run(["strace", "-f", "-e", "trace=connect,sendto,sendmmsg", "-o",
-                           str(trace), sys.executable, "-m", "plume.harness.train",
+                           str(trace), sys.executable, "-m", "plume.harness.apps.train",
                            *_job(tmp_path / "runs")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 and "ptrace" in done.stderr:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from plume.harness.train import run_job
+from plume.harness.apps.train import run_job
 from tests.conftest import TINY
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"

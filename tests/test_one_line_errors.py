@@ -20,8 +20,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from plume.harness.errors import ConfigError
-from plume.harness.tune import check_journal, search_space
+from plume.harness.config.errors import ConfigError
+from plume.harness.integrations.tune import check_journal, search_space
 from plume.traces import load_tracebench
 from tests.conftest import TINY, plume_train_env
 from tests.test_tune import search_command
@@ -199,7 +199,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_a_failed_status(tmp_pat
     # 1 MiB holds the run's small files and its first evaluation, not its 2.6 MB checkpoint
     disk = tmp_path / "disk"
     done, after = on_small_disk(tmp_path, "1m", [
-        sys.executable, "-m", "plume.harness.train", f"paths.root={disk}",
+        sys.executable, "-m", "plume.harness.apps.train", f"paths.root={disk}",
         "env.test_sets=[majority_slow]", *TINY_JOB])
     runs = list(after.glob("default/*/seed=0"))
     assert len(runs) == 1, done.stderr[-3000:]
@@ -266,7 +266,7 @@ def test_a_folder_given_as_a_test_set_is_played_whole(tmp_path):
     folder.mkdir()
     load_tracebench("majority_slow", "test").subset(list(range(142))).save(folder / "slow.npz")
     before = digest(folder)
-    done = subprocess.run([sys.executable, "-m", "plume.harness.train",
+    done = subprocess.run([sys.executable, "-m", "plume.harness.apps.train",
                            f"paths.root={tmp_path / 'runs'}", f"env.test_sets=[{folder}]",
                            "env.trace_format=npz", *TINY_JOB], capture_output=True, text=True,
                           env=plume_train_env(), timeout=300)
@@ -282,7 +282,7 @@ def test_a_folder_given_as_a_test_set_is_played_whole(tmp_path):
 
 def test_the_training_folder_named_as_a_test_set_plays_its_test_split(compose_cfg, tmp_path,
                                                                       caplog):
-    from plume.harness.preflight import check_train
+    from plume.harness.config.preflight import check_train
     from plume.traces.loaders import in_test_split
 
     folder = tmp_path / "fast60"

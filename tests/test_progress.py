@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
-from plume.harness.progress import Progress, format_clock
+from plume.harness.training.progress import Progress, format_clock
 
 
 class _Terminal(io.StringIO):

@@ -2,7 +2,7 @@
 
 Most tests use SYNTHETIC run directories with the real file layout (status.json, config.yaml,
 .hydra/overrides.yaml, eval.parquet columns of plume-train) and a planted effect; one test
-runs real tiny jobs through ``plume.harness.train.run_job`` to prove the real files parse.
+runs real tiny jobs through ``plume.harness.apps.train.run_job`` to prove the real files parse.
 """
 
 from __future__ import annotations
@@ -376,7 +376,7 @@ def test_with_config_key_groups_the_baseline_may_be_named_by_its_run_folder(tmp_
 
 
 def test_end_to_end_on_real_tiny_runs(compose_cfg, tmp_path):
-    from plume.harness.train import run_job
+    from plume.harness.apps.train import run_job
     from tests.conftest import TINY
 
     root = tmp_path / "runs" / "tiny"

@@ -95,8 +95,8 @@ def record(app: str, overrides: tuple[str, ...]) -> dict:
 
 def _resolve(app: str, overrides: tuple[str, ...]):
     """``(record, ResolvedJob)`` of ``<app> OVERRIDES``, composed as the app composes it."""
-    from plume.harness.preflight import check_controller
-    from plume.harness.schema import resolve_eval, resolve_job, validate
+    from plume.harness.config.preflight import check_controller
+    from plume.harness.config.schema import resolve_eval, resolve_job, validate
 
     cfg, hydra_node = compose_job(app, *overrides)
     run_dir = str(hydra_node.run.dir)
@@ -142,7 +142,7 @@ def test_algo_auto_composes_every_key_of_every_algorithm_unset():
     from dataclasses import fields
 
     from plume.agents import ALGORITHMS
-    from plume.harness.schema import AUTO
+    from plume.harness.config.schema import AUTO
 
     algo = compose_job("train")[0].algo
     keys = [f.name for a in ALGORITHMS.values() for f in fields(a.CONFIG)]
@@ -155,7 +155,7 @@ def test_a_preset_that_does_not_compose_is_one_line(tmp_path):
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from plume.harness.schema import ConfigError, load_algo_preset
+    from plume.harness.config.schema import ConfigError, load_algo_preset
 
     (tmp_path / "algo").mkdir()
     (tmp_path / "algo" / "broken.yaml").write_text("defaults:\n  - nowhere\n  - _self_\n")
@@ -171,7 +171,7 @@ def _run(app: str, overrides: tuple[str, ...], cwd: Path) -> Path:
     the run folder the recording names for it, checked to exist."""
     import subprocess
 
-    module = {"train": "plume.harness.train", "eval": "plume.harness.controllers"}[app]
+    module = {"train": "plume.harness.apps.train", "eval": "plume.harness.apps.evaluate"}[app]
     env = {**plume_train_env(), "XDG_CACHE_HOME": CACHE_HOME,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", module, *overrides], cwd=cwd, env=env,

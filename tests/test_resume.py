@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plume.harness.monitor import TrainingMonitor
+from plume.harness.apps.train import run_job
+from plume.harness.training.monitor import TrainingMonitor
 from plume.runs.store import RunDirectory
-from plume.harness.train import run_job
 from tests.conftest import TINY, conf_options, plume_train_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +115,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_bytes(tmp_
                  "train.eval_points=4"]
 
     def start(root: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "plume.harness.train", *overrides,
+        return subprocess.Popen([sys.executable, "-m", "plume.harness.apps.train", *overrides,
                                  f"paths.root={root}"], cwd=ROOT, env=plume_train_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 

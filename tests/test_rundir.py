@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from plume.harness.train import run_job
+from plume.harness.apps.train import run_job
 from plume.report.runs import scan_runs
-from plume.runs.record import (HEARTBEAT_STALE_S, INTERRUPTED, RUNNING, effective_state)
+from plume.runs.record import HEARTBEAT_STALE_S, INTERRUPTED, RUNNING, effective_state
 from plume.runs.store import CorruptCheckpoint, RunDirectory, RunDirectoryLocked, _atomic_write
 from tests.conftest import TINY
 
@@ -107,7 +107,7 @@ def test_a_second_process_on_the_same_job_is_refused(compose_cfg, tmp_path):
 
 
 def _plume_train(*overrides: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "plume.harness.train", *overrides],
+    return subprocess.run([sys.executable, "-m", "plume.harness.apps.train", *overrides],
                           cwd=cwd, capture_output=True, text=True, timeout=600)
 
 

@@ -26,7 +26,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 from plume.envs.abr import AbrParams
 from plume.envs.registry import get_env
 from plume.envs.sb3 import PlumeVecEnv, sb3_policy
-from plume.harness.evaluation import Evaluator, evaluate_policy
+from plume.harness.training.evaluation import Evaluator, evaluate_policy
 from plume.sampling import PlumeDynamicSampler, UniformSampler
 
 ROOT = Path(__file__).resolve().parents[1]

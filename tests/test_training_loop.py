@@ -12,15 +12,15 @@ import pandas as pd
 
 from plume.agents.base import Algorithm, update_record
 from plume.envs.registry import get_env
-from plume.harness.consultation import PolicyConsultation
-from plume.harness.datasets import make_env
-from plume.harness.evaluation import Evaluator, evaluate_policy
-from plume.harness.loop import Schedule, TrainingLoop
-from plume.harness.monitor import TrainingMonitor
-from plume.harness.progress import Progress
+from plume.harness.config.datasets import make_env
+from plume.harness.integrations.tracking import NullTracker
+from plume.harness.training.consultation import PolicyConsultation
+from plume.harness.training.evaluation import Evaluator, evaluate_policy
+from plume.harness.training.loop import Schedule, TrainingLoop
+from plume.harness.training.monitor import TrainingMonitor
+from plume.harness.training.progress import Progress
+from plume.harness.training.sampler_session import SamplerSession
 from plume.runs.store import RunDirectory
-from plume.harness.sampler_session import SamplerSession
-from plume.harness.tracking import NullTracker
 from plume.sampling import UniformSampler
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "custom_env" / "link_share.py"

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from plume.harness.apps.train import run_job
 from plume.runs import statefile
 from plume.runs.store import RunDirectory
-from plume.harness.train import run_job
 from plume.traces.lb import write_lb_csv
 from plume.traces.loaders import write_cooked, write_puffer_sample
 from plume.traces.tracebench import load_tracebench
@@ -128,7 +128,7 @@ def _plume_train_here(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     """``plume-train args`` in this process: (exit status, stderr)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from plume.harness import train
+    from plume.harness.apps import train
 
     GlobalHydra.instance().clear()
     monkeypatch.setattr(sys, "argv", ["plume-train", *args])
@@ -241,7 +241,7 @@ def test_bad_data_is_refused_in_one_line_before_anything_exists(case, tmp_path, 
 
 
 def test_a_sidecar_file_in_a_trace_folder_is_skipped_and_listed(compose_cfg, tmp_path, caplog):
-    from plume.harness.preflight import check_train
+    from plume.harness.config.preflight import check_train
 
     folder = _cooked_folder(tmp_path, None)
     (folder / "meta.json").write_text('{"source": "somewhere"}')
@@ -300,7 +300,7 @@ def test_plume_analyze_refuses_a_split_that_leaves_the_root_before_making_folder
         tmp_path, monkeypatch, capsys):
     from hydra.core.global_hydra import GlobalHydra
 
-    from plume.harness import analyze
+    from plume.harness.apps import analyze
 
     monkeypatch.chdir(tmp_path)
     GlobalHydra.instance().clear()

@@ -1,4 +1,4 @@
-"""Hyperparameter search (``hydra/sweeper=plume_optuna``, ``plume.harness.tune``): a tiny study
+"""Hyperparameter search (``hydra/sweeper=plume_optuna``, ``plume.harness.integrations.tune``): a tiny study
 through the joblib launcher, a study that never reads a test set, a study killed and resumed,
 and the pieces: the search space's checks, the validation split, ``train.stop_at``'s pause and
 exact resume, and a paused run counted nowhere as completed."""
@@ -22,11 +22,11 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from plume.harness.datasets import VALIDATION, validation_split
-from plume.harness.errors import ConfigError
+from plume.harness.apps.train import run_job
+from plume.harness.config.datasets import VALIDATION, validation_split
+from plume.harness.config.errors import ConfigError
+from plume.harness.integrations.tune import check_trial_job, search_space
 from plume.runs.store import RunDirectory
-from plume.harness.train import run_job
-from plume.harness.tune import check_trial_job, search_space
 from plume.traces import TraceSet, load_tracebench
 from tests.conftest import CONF_DIR, TINY, conf_options, plume_train_env
 
@@ -72,7 +72,7 @@ def search_command(tmp: Path, *extra: str, launcher: str = "joblib") -> list[str
     (tmp / "conf" / "hparams_search").mkdir(parents=True, exist_ok=True)
     (tmp / "conf" / "hparams_search" / "tiny.yaml").write_text(SEARCH)
     (tmp / "garbage.npz").write_bytes(b"not an archive\x00" * 64)
-    return [sys.executable, "-m", "plume.harness.train", "-m", "hparams_search=tiny",
+    return [sys.executable, "-m", "plume.harness.apps.train", "-m", "hparams_search=tiny",
             f"hydra.searchpath=[file://{tmp / 'conf'}]", f"hydra/launcher={launcher}",
             *(["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []),
             "exp_name=tune", f"paths.root={tmp / 'runs'}",
@@ -269,7 +269,7 @@ SETTINGS = {"direction": "maximize", "sampler": "tpe", "pruner": "median", "n_tr
     ("mean_minus_std", "maximize", 0.0), ("mean_minus_std", "minimize", 2.0),
 ])
 def test_a_trials_value_combines_its_seeds_by_the_objective(objective, direction, expected):
-    from plume.harness.tune import seed_objective
+    from plume.harness.integrations.tune import seed_objective
 
     assert seed_objective([2.0, 0.0, 1.0], objective, direction) == expected
 
@@ -284,7 +284,7 @@ def test_a_trials_value_combines_its_seeds_by_the_objective(objective, direction
      "hydra.sweeper.objective=mean_minus_std needs hydra.sweeper.seeds >= 2"),
 ])
 def test_bad_sweeper_settings_are_one_line_naming_the_key(change, message):
-    from plume.harness.tune import check_settings
+    from plume.harness.integrations.tune import check_settings
 
     assert check_settings(SETTINGS) == [0.25, 0.5, 1.0]
     with pytest.raises(ConfigError) as err:
@@ -366,7 +366,7 @@ def test_stop_at_pauses_and_a_larger_one_resumes_exactly(compose_cfg, tmp_path):
 def test_best_files_compose_with_a_group_choice_and_a_list_value(compose_cfg, tmp_path):
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from plume.harness.tune import best_config, citation
+    from plume.harness.integrations.tune import best_config, citation
 
     space = search_space({
         "sampler": {"type": "categorical", "choices": ["uniform", "plume_static"]},
@@ -400,8 +400,8 @@ def test_every_shipped_search_is_valid_at_every_choice_and_both_ends_of_each_ran
     """A search file whose settings, space or any trial's job would be refused fails here, not
     after hours of trials: its first trial's job passes every check of a trial, and every
     categorical choice and both ends of every range compose a valid job."""
-    from plume.harness.schema import validate
-    from plume.harness.tune import check_settings
+    from plume.harness.config.schema import validate
+    from plume.harness.integrations.tune import check_settings
 
     sweeper = OmegaConf.to_container(
         compose_cfg(f"hparams_search={name}", hydra_cfg=True).hydra.sweeper, resolve=True)

@@ -7,7 +7,7 @@ The sweeper asks Optuna for ``n_jobs`` trials at a time (values for the keys of
 rung by rung: at each rung it launches the jobs of the trials still running with
 ``train.stop_at=<rung>`` (a job pauses there and the next rung resumes it from its checkpoint;
 the run directory is the same, ``train.stop_at`` being out of its name), reads each run's
-``eval.parquet``, reports the trial's validation score (``plume.harness.tune``) and prunes or
+``eval.parquet``, reports the trial's validation score (``plume.harness.integrations.tune``) and prunes or
 keeps it; after the last rung the trial is told its value. A job refused or failed fails its
 trial in one line; the search goes on and the command exits non-zero at the end.
 
@@ -94,7 +94,7 @@ ConfigStore.instance().store(group="hydra/sweeper", name="plume_optuna",
 class Plan:
     """What the search needs beyond its settings, found before anything runs."""
 
-    space: dict[str, Any]  # key -> plume.harness.tune.Param
+    space: dict[str, Any]  # key -> plume.harness.integrations.tune.Param
     given: list[Any]  # the command line's overrides (Hydra Override objects)
     sweep_dir: Path
     preset: str  # the algo preset the jobs train with (best_algo.yaml extends it)
@@ -113,15 +113,15 @@ class Refused:
     def naming(self, key: str, what: str, value: Any) -> Exception:
         """The one line naming the search space's ``key`` and its ``value`` (a ``what``:
         choice, low or high) that makes every trial drawing it fail."""
-        from plume.harness.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
-        from plume.harness.tune import SPACE_KEY, override_value  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.config.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import SPACE_KEY, override_value  # deferred: Hydra imports every plugin when any app starts
 
         verb = "is refused" if self.composes else "does not compose a job of this search"
         return ConfigError(f"{SPACE_KEY}.{key}: {what} {override_value(value)} {verb}: "
                            f"{self.reason}")
 
     def plain(self) -> Exception:
-        from plume.harness.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.config.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
 
         return ConfigError(self.reason if self.composes
                            else f"a job of this search does not compose: {self.reason}")
@@ -162,9 +162,9 @@ class PlumeOptunaSweeper(Sweeper):
         self.parser = OverridesParser.create(config_loader=hydra_context.config_loader)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from plume.harness.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
-        from plume.harness.sweep import SweepOutcome, refuse  # deferred: Hydra imports every plugin when any app starts
-        from plume.harness.tune import JOURNAL, check_journal, open_study, recover  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.config.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.apps.sweep import SweepOutcome, refuse  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import JOURNAL, check_journal, open_study, recover  # deferred: Hydra imports every plugin when any app starts
 
         s = self.settings
         try:
@@ -199,8 +199,8 @@ class PlumeOptunaSweeper(Sweeper):
     def _plan(self, arguments: list[str]) -> Plan:
         """Settings, search space and every value of it checked in a job: ConfigError before
         anything runs."""
-        from plume.harness.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
-        from plume.harness.tune import check_settings, search_space  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.config.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import check_settings, search_space  # deferred: Hydra imports every plugin when any app starts
 
         assert self.parser is not None and self.config is not None
         self.rungs = check_settings(self.settings)
@@ -242,8 +242,8 @@ class PlumeOptunaSweeper(Sweeper):
     def _try_values(self, given: list[Any], space: dict[str, Any],
                     values: dict[str, Any]) -> Any:
         """(composed config, checked inputs) of the seed-0 job with ``values``, or Refused."""
-        from plume.harness.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
-        from plume.harness.tune import check_trial_job  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.config.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import check_trial_job  # deferred: Hydra imports every plugin when any app starts
 
         overrides = [param.override(values[key]) for key, param in space.items()]
         try:
@@ -256,7 +256,7 @@ class PlumeOptunaSweeper(Sweeper):
             return Refused(True, str(err))
 
     def _sampler_pruner(self, plan: Plan) -> tuple[Any, Any]:
-        from plume.harness.tune import make_pruner, make_sampler  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import make_pruner, make_sampler  # deferred: Hydra imports every plugin when any app starts
 
         s = self.settings
         return (make_sampler(s["sampler"], s["sampler_seed"], s["n_startup_trials"]),
@@ -273,7 +273,7 @@ class PlumeOptunaSweeper(Sweeper):
     def _compose(self, overrides: list[str]) -> DictConfig:
         """The job's config with Hydra's node (its run directory); ConfigError if it does not
         compose (a searched key the config does not have, a group option it lacks)."""
-        from plume.harness.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.config.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
 
         assert self.hydra_context is not None and self.config is not None
         try:
@@ -288,7 +288,7 @@ class PlumeOptunaSweeper(Sweeper):
     def _search(self, study: Any, plan: Plan, outcome: Any) -> None:
         """Batches of ``n_jobs`` trials until ``n_trials`` are finished (or as many failed in
         this sweep: a search whose trials all fail stops)."""
-        from plume.harness.tune import finished  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import finished  # deferred: Hydra imports every plugin when any app starts
 
         n_trials, failures = self.settings["n_trials"], 0
         while finished(study) < n_trials and failures < n_trials:
@@ -305,7 +305,7 @@ class PlumeOptunaSweeper(Sweeper):
         refused before launch."""
         from optuna.trial import TrialState
 
-        from plume.harness.tune import check_trial_job  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import check_trial_job  # deferred: Hydra imports every plugin when any app starts
 
         trial = study.ask()
         run = TrialRun(trial, [p.override(p.suggest(trial)) for p in plan.space.values()])
@@ -385,7 +385,7 @@ class PlumeOptunaSweeper(Sweeper):
         """The trial's value at ``rung`` (reported to Optuna); None when it failed (told)."""
         from optuna.trial import TrialState
 
-        from plume.harness.tune import rung_value, seed_objective  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import rung_value, seed_objective  # deferred: Hydra imports every plugin when any app starts
 
         if error is None:
             try:
@@ -412,7 +412,7 @@ class PlumeOptunaSweeper(Sweeper):
         """Prune or keep each scored trial (tell the value at the last rung); the kept ones."""
         from optuna.trial import TrialState
 
-        from plume.harness.tune import completed_median  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import completed_median  # deferred: Hydra imports every plugin when any app starts
 
         kept = []
         last = index == len(self.rungs) - 1
@@ -441,7 +441,7 @@ class PlumeOptunaSweeper(Sweeper):
         print the study's summary and where its outputs are."""
         from optuna.trial import TrialState
 
-        from plume.harness import tune  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations import tune  # deferred: Hydra imports every plugin when any app starts
 
         out = plan.sweep_dir / tune.STUDY_DIR
         out.mkdir(parents=True, exist_ok=True)
@@ -465,7 +465,7 @@ class PlumeOptunaSweeper(Sweeper):
     def _best_files(self, study: Any, where: str, plan: Plan, out: Path) -> list[str]:
         """``best.yaml`` (an experiment file) and, when only ``algo.*`` keys were searched,
         ``best_algo.yaml`` (a conf/algo preset extending the jobs' preset)."""
-        from plume.harness.tune import best_config, citation  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.integrations.tune import best_config, citation  # deferred: Hydra imports every plugin when any app starts
 
         assert self.parser is not None
         best = study.best_trial
@@ -496,7 +496,7 @@ def _one_sweeper(sweep_dir: Path, name: str) -> IO[str]:
     """The sweep folder's lock, held until the returned file is closed (the system drops it
     when the process dies); ConfigError when another sweeper holds it: its running trials
     would look abandoned to this one."""
-    from plume.harness.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
+    from plume.harness.config.errors import ConfigError  # deferred: Hydra imports every plugin when any app starts
 
     sweep_dir.mkdir(parents=True, exist_ok=True)
     handle = open(sweep_dir / LOCK, "a+")

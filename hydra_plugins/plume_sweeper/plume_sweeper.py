@@ -1,4 +1,4 @@
-"""``hydra/sweeper=plume``: Hydra's basic sweep with Plume's refusals (``plume.harness.sweep``).
+"""``hydra/sweeper=plume``: Hydra's basic sweep with Plume's refusals (``plume.harness.apps.sweep``).
 
 Every job of a batch is composed and checked (config, trace data, env package, algorithm fit)
 before the batch is launched: a refused job is one line and never gets a folder; a job refused
@@ -40,7 +40,7 @@ class PlumeSweeperConf:
     max_batch_size: Optional[int] = None
     params: Optional[Dict[str, str]] = None
     # The app's checks of one composed job config (raise ConfigError to refuse it).
-    check: str = "plume.harness.preflight.check_train"
+    check: str = "plume.harness.config.preflight.check_train"
     app: str = "plume-train"
     # A JSON file listing the jobs to launch (each a list of overrides) instead of the
     # product of the sweep overrides.
@@ -80,7 +80,7 @@ class PlumeSweeper(Sweeper):
             self.launcher = self._launcher(config)
 
     def sweep(self, arguments: list[str]) -> Any:
-        from plume.harness.sweep import SweepOutcome  # deferred: Hydra imports every plugin when any app starts
+        from plume.harness.apps.sweep import SweepOutcome  # deferred: Hydra imports every plugin when any app starts
 
         assert self.hydra_context is not None and self.config is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)

@@ -1,6 +1,6 @@
 """Deployment: a trained controller outside the simulator.
 
-- ``plume-export <run dir>`` (``plume.harness.export``) writes the greedy actor as TorchScript
+- ``plume-export <run dir>`` (``plume.harness.apps.export``) writes the greedy actor as TorchScript
   and ONNX with ``contract.json`` (:mod:`plume.deploy.contract`), checked for parity on the
   run's own test observations (:mod:`plume.deploy.export`).
 - :func:`load_controller` (:mod:`plume.deploy.runtime`) answers raw measurements without torch,

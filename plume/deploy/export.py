@@ -31,6 +31,7 @@ import numpy as np
 from plume import __version__
 from plume.deploy.contract import CONTRACT_FILE, CONTRACT_FORMAT, write_contract
 from plume.deploy.verify import env_description
+from plume.envs.registry import get_env
 
 __all__ = ["EXPORT_FILES", "ONNX_OPSET", "TOLERANCE", "DestinationError", "ParityError",
            "check_destination", "check_parity", "contract_for", "export_controller",
@@ -298,8 +299,6 @@ def export_controller(env: str, params: dict[str, Any] | Any, controller: str,
                       out: str | Path, source: dict[str, Any] | None = None) -> Path:
     """A classic controller's contract (its rule by name, no model): the runtime and the
     adapters serve it exactly like a learned policy. Returns the export folder."""
-    from plume.envs.registry import get_env
-
     spec = get_env(env)
     if controller not in spec.controllers:
         raise ValueError(f"env {spec.name!r} has no controller {controller!r}; valid: "

@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 from plume.deploy.contract import ContractError
+from plume.envs.registry import ENV_PACKAGES, get_env
 
 __all__ = ["check_contract", "contract_spec", "env_description", "first_difference"]
 
@@ -37,8 +38,6 @@ def contract_spec(contract: dict[str, Any], spec=None):
     passed by the caller: its name must be the contract's), else the built-in environment
     the contract names, resolved through the fixed registry ``ENV_PACKAGES`` (reading a
     contract never imports a module it names); None for a user's environment not passed."""
-    from plume.envs.registry import ENV_PACKAGES, get_env
-
     env = contract.get("env") if isinstance(contract.get("env"), dict) else {}
     if spec is not None:
         if spec.name != env.get("name"):

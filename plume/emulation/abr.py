@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from plume.deploy import load_controller
+
 __all__ = ["play", "serve"]
 
 DRAIN_QUANTUM_S = 0.5
@@ -78,8 +80,6 @@ def _download(conn: http.client.HTTPConnection, chunk: int, level: int) -> tuple
 
 def play(export: str, host: str, port: int, chunks: int) -> list[dict[str, float]]:
     """Stream ``chunks`` chunks with the controller of ``export``; one record per chunk."""
-    from plume.deploy import load_controller
-
     controller = load_controller(export)
     constants = controller.contract["constants"]
     params = controller.contract["env"]["params"]

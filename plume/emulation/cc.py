@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from plume.deploy import load_controller
+
 __all__ = ["MonitorInterval", "mi_statistics", "receive", "send"]
 
 PAYLOAD = 1472
@@ -122,8 +124,6 @@ class _Flow:
 
 def send(export: str, host: str, port: int, mis: int, rate_bps: float) -> list[dict]:
     """A flow of ``mis`` monitor intervals at the controller's rates; one record per MI."""
-    from plume.deploy import load_controller
-
     controller = load_controller(export)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     flow = _Flow(sock, (host, port), rate_bps)

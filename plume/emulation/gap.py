@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from plume.envs.registry import ENV_PACKAGES, get_env
+
 __all__ = ["MIN_TRACES", "gap_markdown", "gap_metrics", "gap_rows", "lateness_note",
            "per_trace_gaps"]
 
@@ -23,8 +25,6 @@ def gap_metrics(env: str) -> tuple[str, ...]:
     """The columns of an emulation's eval.parquet that the gap compares for the built-in
     environment ``env`` (its ``EnvSpec.emulation.metrics``, ``score`` first: the env's score);
     none for an environment that is not built in or has no emulation."""
-    from plume.envs.registry import ENV_PACKAGES, get_env
-
     if env not in ENV_PACKAGES or get_env(env).emulation is None:
         return ()
     return get_env(env).emulation.metrics

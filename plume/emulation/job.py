@@ -2,7 +2,7 @@
 how: ``emulation.*`` as :class:`EmulationSection`) played in both modes into a run directory
 (``eval.parquet`` with a ``mode`` column, ``steps.parquet``, ``gap.md`` / ``gap.csv`` /
 ``gap_per_trace.csv``) with the links' lateness (:func:`link_lateness`). ``plume-emulate``
-(``plume.harness.emulate``) checks the config and hands :func:`run_emulation_body` to the run
+(``plume.harness.apps.emulate``) checks the config and hands :func:`run_emulation_body` to the run
 layer's job lifecycle.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from plume.deploy.export import export_controller
 from plume.emulation.gap import gap_markdown, gap_rows, lateness_note, per_trace_gaps
 from plume.emulation.link import LATENESS_TOLERANCE_MS, Lateness
 from plume.emulation.scenarios import Emulation, emulate, scenario_class
@@ -80,8 +81,6 @@ def emulate_into(job: EmulationJob, rundir: RunDirectory
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Both modes on every trace, the tables written into ``rundir``; the status summary and
     the links' lateness record."""
-    from plume.deploy.export import export_controller
-
     export = job.export or export_controller(job.spec.name, job.params, job.controller,
                                              rundir.path / "export")
     with tempfile.TemporaryDirectory(prefix="plume-emulation-") as tmp:

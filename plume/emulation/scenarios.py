@@ -27,6 +27,7 @@ import pandas as pd
 
 from plume.emulation.emulator import Emulator
 from plume.emulation.link import LinkSpec
+from plume.envs.registry import ENV_PACKAGES, get_env
 
 __all__ = ["PORT", "Emulation", "emulate", "eval_rows", "json_of", "scenario_class"]
 
@@ -66,7 +67,6 @@ def scenario_class(spec) -> type:
     """The scenario class ``spec``'s environment declares (``EnvSpec.emulation``); ConfigError
     naming the built-in environments that have one when it declares none (a ValueError: the
     app reports it as the config's mistake)."""
-    from plume.envs.registry import ENV_PACKAGES, get_env
     if spec.emulation is None:
         emulated = [name for name in ENV_PACKAGES if get_env(name).emulation is not None]
         raise ValueError(f"env={spec.name} has no emulation; emulated envs: "

@@ -24,7 +24,7 @@ environment": SB3 only accepts its own ``VecEnv`` or a single ``gymnasium.Env``,
 anything else before reading any attribute, so the fix is to wrap it in :class:`PlumeVecEnv`.
 
 :func:`sb3_policy` turns a trained SB3 model into the ``obs batch -> actions`` callable that
-``plume.harness.evaluation.evaluate_policy`` evaluates on Plume's test sets.
+``plume.harness.training.evaluation.evaluate_policy`` evaluates on Plume's test sets.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from plume.envs.registry import ENV_PACKAGES, get_env
 from plume.report.bootstrap import (
     aggregate_metrics,
     interval_estimates,
@@ -109,8 +110,6 @@ def builtin_normalisation(env: str) -> Normalisation | None:
     default parameters, when both are fixed values), for runs that predate ``score.json``;
     None for an environment anchored on controllers or not built in (the report reads run
     directories and never imports a user's module)."""
-    from plume.envs.registry import ENV_PACKAGES, get_env
-
     if env not in ENV_PACKAGES:
         return None
     spec = get_env(env)

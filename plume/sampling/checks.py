@@ -17,7 +17,7 @@ __all__ = ["FieldError", "choice", "controller", "fraction", "integer", "positiv
 
 def controller(name: str, value: Any) -> str | None:
     """The name of one of the env's controllers, or None (the env's default); the harness
-    checks that the env has it (``plume.harness.samplers.sampler_controllers``)."""
+    checks that the env has it (``plume.harness.config.scored_controllers.sampler_controllers``)."""
     if value is not None and not isinstance(value, str):
         fail(name, value, "a controller name or None", FieldTypeError)
     return value

@@ -3,7 +3,7 @@
 Each kind says what the array is and who provides it: Plume's stage 1-2 ``analysis`` of the
 training traces (a ``plume.analysis.TraceAnalysis``), the training ``traces`` themselves (a
 ``TraceSet``), or the env's classic ``controllers`` scored by the harness on every training
-trace. The harness builds every input from this table (``plume.harness.samplers``), and
+trace. The harness builds every input from this table (``plume.harness.training.samplers``), and
 validation refuses a sampler whose kinds the env cannot provide; adding a kind that the
 analysis or the traces already hold is one entry here.
 """

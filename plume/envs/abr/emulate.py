@@ -16,9 +16,12 @@ import numpy as np
 import pandas as pd
 
 from plume.deploy import load_controller
+from plume.deploy.contract import read_contract
 from plume.deploy.replay import simulator
 from plume.emulation.link import LinkSpec, Schedule
 from plume.emulation.scenarios import PORT, eval_rows, json_of
+from plume.envs.abr import SPEC
+from plume.envs.abr.video import VIDEO_SIZES
 
 __all__ = ["UPLINK_MBPS", "AbrEmulation", "episode_fields", "simulate"]
 
@@ -39,8 +42,6 @@ class AbrEmulation:
                               "and QoE): set env.variant=pensieve")
 
     def __init__(self, settings, traces, export: Path, folder: Path) -> None:
-        from plume.deploy.contract import read_contract
-        from plume.envs.abr.video import VIDEO_SIZES
 
         self.settings, self.traces, self.export = settings, traces, export
         self.sizes_file = folder / "sizes.npy"
@@ -73,8 +74,6 @@ class AbrEmulation:
     def eval_table(self, mode: str, records: list[list[dict]], test_set: str) -> pd.DataFrame:
         """The env's episode fields and its score (QoE per chunk after the start-up chunk,
         as plume-eval and plume-train report it), plus mean level and throughput."""
-        from plume.envs.abr import SPEC
-
         fields = [episode_fields(chunks, self.chunk_s) for chunks in records]
         columns = {k: np.array([f[k] for f in fields]) for k in fields[0]}
         score = SPEC.score.compute(columns)

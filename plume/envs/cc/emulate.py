@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from plume.deploy import load_controller
+from plume.deploy.contract import read_contract
 from plume.deploy.replay import simulator
 from plume.emulation.link import LinkSpec, Schedule
 from plume.emulation.scenarios import PORT, eval_rows, json_of
@@ -38,7 +39,6 @@ class CcEmulation:
         return None
 
     def __init__(self, settings, traces, export: Path, folder: Path) -> None:
-        from plume.deploy.contract import read_contract
 
         self.settings, self.traces, self.export = settings, traces, export
         self.simulated, self.initial = simulate(str(export), traces, settings.mis)

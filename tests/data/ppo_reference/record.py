@@ -10,11 +10,11 @@ abr/: PPO (ppo_abr preset) + uniform on a 12-trace slice of puffer_synthetic, se
 import tempfile
 from pathlib import Path
 
-from tests.conftest import CONF_DIR, TINY  # first: it pins the floating-point path
+from hydra import compose  # noqa: E402
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-
-import plume.harness.train as T  # noqa: E402
+import plume.harness.apps.train as T  # noqa: E402
+from plume.harness.config.configdir import plume_hydra
+from tests.conftest import TINY  # first: it pins the floating-point path
 
 HERE = Path(__file__).parent
 JOBS = {
@@ -27,8 +27,7 @@ JOBS = {
 
 if __name__ == "__main__":
     for name, overrides in JOBS.items():
-        with tempfile.TemporaryDirectory() as tmp, initialize_config_dir(
-                config_dir=str(CONF_DIR), version_base="1.3"):
+        with tempfile.TemporaryDirectory() as tmp, plume_hydra():
             cfg = compose("train", overrides=overrides + [f"paths.cache={tmp}/cache"])
             T.run_job(cfg, Path(tmp) / "run")
             (HERE / name).mkdir(exist_ok=True)

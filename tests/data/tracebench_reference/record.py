@@ -4,11 +4,15 @@
 """
 import sys
 from pathlib import Path
-from tests.conftest import TINY, CONF_DIR  # first: it pins the floating-point path
-from hydra import compose, initialize_config_dir
-import plume.harness.train as T
+
+from hydra import compose
+
+import plume.harness.apps.train as T
+from plume.harness.config.configdir import plume_hydra
+from tests.conftest import TINY  # first: it pins the floating-point path
+
 out = Path(sys.argv[1])
-with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+with plume_hydra():
     cfg = compose("train", overrides=TINY + [
         "sampler=plume_dynamic", "sampler.recompute_every=8", "train.total_steps=3072", "seed=3",
         "logger=none"])

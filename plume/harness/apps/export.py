@@ -26,7 +26,16 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from plume import __version__
-from plume.harness.errors import ConfigError
+from plume.deploy.contract import (
+    write_contract,
+)
+from plume.deploy.export import (
+    contract_for,
+)
+from plume.harness.config.datasets import make_env
+from plume.harness.config.errors import ConfigError
+from plume.harness.integrations.tracking import WandbTracker
+from plume.harness.training.evaluation import play_every_trace_once
 from plume.runs.errors import os_error, write_failed
 from plume.runs.record import CHECKPOINT, RESOLVED_CONFIG, run_state
 from plume.runs.store import CorruptCheckpoint, RunDirectory
@@ -48,9 +57,6 @@ def _source(run_dir: Path, traces: dict[str, Any]) -> dict[str, Any]:
 def record_observations(spec, params, test_sets, act) -> np.ndarray:
     """Every observation ``act`` sees while playing each test trace once (greedy, test mode),
     at most ``MAX_RECORDED_STEPS`` rows (evenly subsampled beyond)."""
-    from plume.harness.datasets import make_env
-    from plume.harness.evaluation import play_every_trace_once
-
     seen: list[np.ndarray] = []
 
     def recording(obs: np.ndarray) -> np.ndarray:
@@ -70,9 +76,13 @@ def _export_learned(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
     """Stage the run's learned controller into ``folder``: the learner rebuilt as the job
     built it and loaded from its checkpoint, which must be this configuration's."""
     from plume.agents import ALGORITHMS  # deferred: torch loads only when a learner is built
-    from plume.deploy.export import contract_for, stage_policy  # deferred: torch loads only when a learner is built
-    from plume.harness.datasets import make_env
-    from plume.harness.preflight import check_train
+    from plume.deploy.export import (  # deferred: torch loads only when a learner is built
+        contract_for,
+        stage_policy,
+    )
+    from plume.harness.config.preflight import (
+        check_train,  # deferred: the schema loads torch (the algorithms)
+    )
 
     inputs = check_train(cfg)
     job = inputs.job
@@ -107,7 +117,9 @@ def _export_learned(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
 def _check_fingerprint(cfg, rundir: RunDirectory, checkpoint: dict[str, Any]) -> None:
     """ConfigError unless the checkpoint was trained by this run's configuration (training
     resumes only from such a checkpoint; an export must not name another job's weights)."""
-    from plume.harness.schema import config_fingerprint
+    from plume.harness.config.schema import (
+        config_fingerprint,  # deferred: the schema loads torch (the algorithms)
+    )
 
     expected, found = config_fingerprint(cfg), checkpoint.get("fingerprint")
     if found != expected:
@@ -117,9 +129,9 @@ def _check_fingerprint(cfg, rundir: RunDirectory, checkpoint: dict[str, Any]) ->
 
 
 def _export_rule(cfg, rundir: RunDirectory, folder: Path) -> dict[str, Any]:
-    from plume.deploy.contract import write_contract  # deferred: the runtime loads only when an export is played
-    from plume.deploy.export import contract_for  # deferred: torch loads only when a learner is built
-    from plume.harness.preflight import check_eval
+    from plume.harness.config.preflight import (
+        check_eval,  # deferred: the schema loads torch (the algorithms)
+    )
 
     _, spec, params, name, test_sets = check_eval(cfg)
     write_contract(folder, contract_for(spec, params, {"kind": "rule", "controller": name},
@@ -132,7 +144,12 @@ def export_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     record it in the run directory; ConfigError or DestinationError (one line) for a run or a
     destination that cannot be used, ``plume.deploy.export.ParityError`` when the formats
     disagree. Everything is staged first: a failure leaves ``out`` and the run as they were."""
-    from plume.deploy.export import check_destination, install, run_identity, staging  # deferred: torch loads only when a learner is built
+    from plume.deploy.export import (  # deferred: torch loads only when a learner is built
+        check_destination,
+        install,
+        run_identity,
+        staging,
+    )
 
     run_dir = Path(run_dir)
     config = run_dir / RESOLVED_CONFIG
@@ -172,7 +189,6 @@ def _log_artifact(cfg, run_dir: Path, folder: Path) -> None:
     logger = cfg.get("logger") or {}
     if logger.get("name") != "wandb" or logger.get("mode") == "disabled":
         return
-    from plume.harness.tracking import WandbTracker
 
     mode = str(logger.get("mode", "offline"))
     tracker = None
@@ -196,7 +212,10 @@ def _log_artifact(cfg, run_dir: Path, folder: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     """``plume-export RUN_DIR [--out DIR]``: exit 0 on success, 2 for a run or destination
     that cannot be used (one line, nothing written), 1 when the exported formats disagree."""
-    from plume.deploy.export import DestinationError, ParityError  # deferred: torch loads only when a learner is built
+    from plume.deploy.export import (  # deferred: torch loads only when a learner is built
+        DestinationError,
+        ParityError,
+    )
 
     parser = argparse.ArgumentParser(prog="plume-export", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", help="a plume-train or plume-eval run directory")

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from plume.harness.datasets import VALIDATION
-from plume.harness.errors import ConfigError
-from plume.harness.preflight import JobInputs, check_train
+from plume.harness.config.datasets import VALIDATION
+from plume.harness.config.errors import ConfigError
+from plume.harness.config.preflight import JobInputs, check_train
 from plume.runs.record import EVAL_TABLE
 
 SPACE_KEY = "hydra.sweeper.params"

@@ -1,7 +1,7 @@
 """Hydra callbacks of the command-line apps.
 
 :class:`ValidateFirst` checks a single run's composed config *and everything it reads* (trace
-files, test sets, an ``env.package`` module: ``plume.harness.preflight``) before Hydra creates
+files, test sets, an ``env.package`` module: ``plume.harness.config.preflight``) before Hydra creates
 its output directory, so a refused run leaves no run directory behind and never touches an
 existing one (a completed job typed again with a bad value stays completed). A sweep's jobs
 are checked by the ``plume`` sweeper before it launches them, and by each job again.
@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from hydra.utils import get_method
 from omegaconf import DictConfig
 
-from plume.harness.errors import ConfigError
+from plume.harness.config.errors import ConfigError
 
 
 class ValidateFirst(Callback):
@@ -26,7 +26,7 @@ class ValidateFirst(Callback):
     single run's directory; a user's mistake prints one line and exits with status 2."""
 
     def __init__(self, app: str = "plume-train",
-                 check: str = "plume.harness.preflight.check_train") -> None:
+                 check: str = "plume.harness.config.preflight.check_train") -> None:
         self.app, self.check = app, get_method(check)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:

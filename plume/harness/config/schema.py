@@ -20,10 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from plume.agents import ALGORITHMS
+from plume.analysis import (
+    AnalysisSettings,
+    SelectionSettings,
+)
 from plume.envs.registry import get_env
-from plume.harness.configdir import CONF_DIR
-from plume.harness.datasets import check_dataset, default_test_sets
-from plume.harness.errors import ConfigError
+from plume.harness.config.configdir import AUTO, UNSET, plume_hydra
+from plume.harness.config.datasets import check_dataset, default_test_sets
+from plume.harness.config.errors import ConfigError
+from plume.harness.config.scored_controllers import sampler_controllers
 from plume.sampling import SAMPLERS, import_sampler_package
 from plume.sampling.checks import FieldError
 
@@ -182,7 +187,6 @@ def validate(cfg: DictConfig) -> JobConfig:
     algo_name, algo, algo_default = algo_section(cfg.get("algo"), spec, env_params)
 
     sampler_name, sampler = sampler_section(cfg.get("sampler"))
-    from plume.harness.samplers import sampler_controllers
 
     try:
         sampler_controllers(spec, sampler_name, asdict(sampler))
@@ -247,11 +251,6 @@ def resolve_env_defaults(cfg: DictConfig, env: EnvSection) -> None:
         cfg.env.test_sets = list(env.test_sets)
 
 
-AUTO = "auto"
-"""``algo.name`` of ``conf/algo/auto.yaml``, plume-train's default: the environment's preset."""
-UNSET = "???"  # OmegaConf's missing value: a key of algo=auto the config did not set
-
-
 def algo_section(node: Any, spec: Any,
                  env_params: Any) -> tuple[str, Any, Optional[AlgoDefault]]:
     """The algorithm's name, its typed config and, for an ``algo`` left to the environment
@@ -282,12 +281,11 @@ def load_algo_preset(preset: str, env_name: str = "") -> dict[str, Any]:
     """The ``algo`` node ``algo=<preset>`` composes, composed by Hydra itself (its compose API:
     in a running app on the app's config search path, elsewhere on ``conf/``), so a preset's
     defaults list means what Hydra makes of it."""
-    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     if GlobalHydra.instance().is_initialized():
         return _composed_preset(preset, env_name)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    with plume_hydra():
         return _composed_preset(preset, env_name)
 
 
@@ -310,22 +308,6 @@ def _composed_preset(preset: str, env_name: str) -> dict[str, Any]:
         raise ConfigError(f"algo preset {preset!r} (env {env_name!r}'s default) does not "
                           f"compose: {' '.join(str(err).split())}") from None
     return OmegaConf.to_container(node, resolve=True)
-
-
-def register_algo_keys() -> None:
-    """Store the Hydra config ``schema/algo/auto`` (idempotent): ``name: auto`` and every key
-    of every registered algorithm's config unset, the node ``conf/algo/auto.yaml`` extends.
-    Hydra refuses ``algo.<key>=<value>`` for a key its config lacks, and the preset that
-    supplies the key is only known once the env's params are validated; the keys come from
-    the algorithms' own configs, so a new algorithm needs no YAML for them."""
-    from hydra.core.config_store import ConfigStore
-
-    keys = dict.fromkeys(f.name for algo in ALGORITHMS.values() for f in fields(algo.CONFIG))
-    ConfigStore.instance().store(group="schema/algo", name=AUTO,
-                                 node={"name": AUTO, **{key: UNSET for key in keys}})
-
-
-register_algo_keys()  # here, beside the registry it reads: every app that composes algo= imports it
 
 
 def resolve_algo_default(cfg: DictConfig, job: JobConfig) -> None:
@@ -499,10 +481,6 @@ def analysis_settings(node: Any, env_defaults: Any = None):
     """The ``analysis`` section as ``plume.analysis.AnalysisSettings``, checked by its own
     constructor (its Literal-typed fields are beyond OmegaConf's structured configs). A key
     left null takes the environment's default (``EnvSpec.analysis``)."""
-    from plume.analysis import (  # deferred: scikit-learn loads only when stages 1-2 run
-        AnalysisSettings,
-        SelectionSettings,
-    )
 
     if node is None:
         raise ConfigError("config section 'analysis' is missing")

@@ -5,7 +5,7 @@ policy consultations), evaluate greedily there, write ``eval.parquet``, ``sample
 and the checkpoint, and log every update to ``train.jsonl`` and the tracker. It reaches the
 environment only through the monitor the algorithm steps, the learner only through ``learn`` /
 ``act`` / ``state_dict``, and the sampler only through its :class:`SamplerSession`.
-``plume.harness.train`` builds the collaborators from a job's config (and restores them from a
+``plume.harness.apps.train`` builds the collaborators from a job's config (and restores them from a
 checkpoint); a test builds them from small pieces of its own.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from plume.harness.evaluation import Evaluator, eval_scores
-from plume.harness.monitor import TrainingMonitor
-from plume.harness.progress import Progress
-from plume.harness.sampler_session import SamplerSession
+from plume.harness.training.evaluation import Evaluator, eval_scores
+from plume.harness.training.monitor import TrainingMonitor
+from plume.harness.training.progress import Progress
+from plume.harness.training.sampler_session import SamplerSession
 from plume.runs import snapshot
 from plume.runs.record import EVAL_TABLE, SAMPLER_TABLE
 from plume.runs.store import RunDirectory
@@ -111,7 +111,7 @@ class TrainingLoop:
 
     def learn_to(self, target: int) -> None:
         """Train to env step ``target``, stopping for every round of a sampler that judges
-        the policy (``plume.harness.consultation``)."""
+        the policy (``plume.harness.training.consultation``)."""
         while True:
             self.log_records(self.agent.learn(self.session.next_stop(target)))
             env_steps = int(self.agent.env_steps)

@@ -18,22 +18,22 @@ import numpy as np
 import pandas as pd
 
 from plume import __version__
-from plume.harness.anchors import SCORE_FILE, controller_trace_scores, score_description
-from plume.harness.datasets import VALIDATION, make_env
-from plume.harness.evaluation import Evaluator
-from plume.harness.loop import Schedule, TrainingLoop
-from plume.harness.monitor import TrainingMonitor
-from plume.harness.preflight import JobInputs
-from plume.harness.progress import Progress
-from plume.harness.sampler_session import SamplerSession
-from plume.harness.samplers import run_analysis
-from plume.harness.schema import ConfigError, JobConfig
-from plume.harness.seeding import spawn_streams, torch_seed
+from plume.harness.config.datasets import VALIDATION, make_env
+from plume.harness.config.preflight import JobInputs
+from plume.harness.config.schema import ConfigError, JobConfig
+from plume.harness.training.anchors import SCORE_FILE, controller_trace_scores, score_description
+from plume.harness.training.evaluation import Evaluator
+from plume.harness.training.loop import Schedule, TrainingLoop
+from plume.harness.training.monitor import TrainingMonitor
+from plume.harness.training.progress import Progress
+from plume.harness.training.sampler_session import SamplerSession
+from plume.harness.training.samplers import run_analysis
+from plume.harness.training.seeding import spawn_streams, torch_seed
 from plume.runs import snapshot
-from plume.sampling.inputs import INPUT_KINDS
 from plume.runs.lifecycle import Outcome
 from plume.runs.record import COMPLETED, EVAL_TABLE, RUNNING, SAMPLER_TABLE, Broken, RunStatus
 from plume.runs.store import CorruptCheckpoint, RunDirectory
+from plume.sampling.inputs import INPUT_KINDS
 
 log = logging.getLogger("plume")
 

@@ -18,15 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from plume.harness import sweep
-from plume.harness.anchors import SCORE_FILE, score_description
-from plume.harness.configdir import CONF_DIR
-from plume.harness.evaluation import Evaluator, eval_scores
-from plume.harness.schema import ConfigError, resolve_eval
+from plume.harness.apps import sweep
+from plume.harness.apps.entry import hydra_app
+from plume.harness.config.preflight import check_eval
+from plume.harness.config.schema import ConfigError, resolve_eval
+from plume.harness.training.anchors import SCORE_FILE, score_description
+from plume.harness.training.evaluation import Evaluator, eval_scores
 from plume.runs.lifecycle import JobRecord, Outcome, run_lifecycle
 from plume.runs.record import EVAL_TABLE
 from plume.runs.store import RunDirectory, discard_unused
@@ -47,15 +47,13 @@ def eval_job(cfg: DictConfig) -> dict[str, Any] | None:
                           HydraConfig.get())
 
 
-_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="eval")(eval_job)
+_app = hydra_app("eval", eval_job)
 
 
 def run_controller(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
     """Evaluate ``cfg.controller`` on every test set of ``cfg.env``; write the run directory
     (checked first: a refused config leaves none) through the job lifecycle
     (``plume.runs.lifecycle``: locked, skipped when completed, ``interrupted`` once killed)."""
-    from plume.harness.preflight import check_eval
-
     try:
         env, spec, params, name, test_sets = check_eval(cfg)
     except ConfigError:

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 from hydra.types import RunMode
 
-from plume.harness.errors import ConfigError, JobRefused
+from plume.harness.config.errors import ConfigError, JobRefused
 from plume.runs.errors import WriteFailed
 from plume.runs.store import RunDirectoryLocked
 

@@ -3,8 +3,8 @@
 The sampler draws for the environment and hears about finished episodes through it; everything
 else the harness does for a sampler happens here: building it from the job (its data inputs
 from the analysis, the traces or classic controllers), routing the algorithm's learner signal
-to the episodes it scores (:class:`~plume.harness.samplers.EpisodeSignals`), consulting the
-policy when the sampler asks (:class:`~plume.harness.consultation.PolicyConsultation`), the
+to the episodes it scores (:class:`~plume.harness.training.samplers.EpisodeSignals`), consulting the
+policy when the sampler asks (:class:`~plume.harness.training.consultation.PolicyConsultation`), the
 weights logged at each evaluation and each recompute (``sampler.parquet``), and the state an
 exact resume restores. What a sampler needs is its class's ``needs(config)``: nothing here
 probes a sampler's attributes.
@@ -18,9 +18,10 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from plume.harness.consultation import PolicyConsultation
-from plume.harness.evaluation import Policy, sampler_weights
-from plume.harness.samplers import EpisodeSignals, build_sampler, sampler_controllers
+from plume.harness.config.scored_controllers import sampler_controllers
+from plume.harness.training.consultation import PolicyConsultation
+from plume.harness.training.evaluation import Policy, sampler_weights
+from plume.harness.training.samplers import EpisodeSignals, build_sampler
 from plume.sampling import TraceSampler
 from plume.traces import TraceSet
 

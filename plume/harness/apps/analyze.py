@@ -13,17 +13,25 @@ import json
 import sys
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from plume.harness.configdir import CONF_DIR
-from plume.harness.preflight import check_analyze
-from plume.harness.schema import ConfigError
+from plume.analysis import (
+    adjusted_rand_index,
+    analyze,
+    assignment_table,
+    contingency_table,
+)
+from plume.analysis.figures import (
+    cluster_scatter,
+)
+from plume.harness.apps.entry import hydra_app
+from plume.harness.config.preflight import check_analyze
+from plume.harness.config.schema import ConfigError
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="analyze")
-def main(cfg: DictConfig) -> None:
+def analyze_job(cfg: DictConfig) -> None:
+    """One analysis, as Hydra's task function: a user's mistake is one line (exit status 2)."""
     out = Path(HydraConfig.get().runtime.output_dir)
     try:
         print(report(cfg, out))
@@ -32,11 +40,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
 
 
+main = hydra_app("analyze", analyze_job)
+"""``plume-analyze``: Hydra's app over ``conf/analyze.yaml``."""
+
+
 def report(cfg: DictConfig, out: Path) -> str:
     """Run (or load from cache) the analysis of ``cfg``; write figure, tables and summary
     into ``out``."""
-    from plume.analysis import adjusted_rand_index, analyze, contingency_table  # deferred: scikit-learn loads only when stages 1-2 run
-    from plume.analysis.figures import cluster_scatter  # deferred: scikit-learn loads only when stages 1-2 run
 
     _, _, settings, traces = check_analyze(cfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,7 +100,6 @@ def report(cfg: DictConfig, out: Path) -> str:
 def _write_tables(result, out: Path) -> dict[str, Path]:
     """``assignments.csv`` and, with ground truth, ``contingency.csv`` (the table printed);
     a stale contingency table goes, so the folder never shows one of other labels."""
-    from plume.analysis import assignment_table, contingency_table  # deferred: scikit-learn loads only when stages 1-2 run
 
     files = {"assignments": out / "assignments.csv", "contingency": out / "contingency.csv"}
     assignment_table(result).to_csv(files["assignments"], index=False)

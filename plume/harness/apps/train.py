@@ -15,18 +15,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from plume.agents.base import NonFiniteTraining
-from plume.harness import sweep
-from plume.harness.configdir import CONF_DIR
-from plume.harness.preflight import check_train
-from plume.harness.progress import format_clock  # noqa: F401 (public here too)
-from plume.harness.runtime import TrainingRun
-from plume.harness.schema import ConfigError, JobConfig, ResolvedJob, resolve_job
-from plume.harness.tracking import NullTracker, WandbTracker
+from plume.harness.apps import sweep
+from plume.harness.apps.entry import hydra_app
+from plume.harness.config.preflight import check_train
+from plume.harness.config.schema import ConfigError, JobConfig, ResolvedJob, resolve_job
+from plume.harness.integrations.tracking import NullTracker, WandbTracker
+from plume.harness.training.runtime import TrainingRun
 from plume.runs.lifecycle import JobRecord, run_lifecycle
 from plume.runs.store import RunDirectory, discard_unused
 
@@ -58,7 +56,7 @@ def train_job(cfg: DictConfig) -> dict[str, Any] | None:
                           hydra_cfg, refused=(NonFiniteTraining,))
 
 
-_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")(train_job)
+_app = hydra_app("train", train_job)
 
 
 def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = None,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from plume.envs.registry import EnvSpec, get_env
-from plume.harness.datasets import make_env
+from plume.harness.config.datasets import make_env
 from plume.sampling import TraceSampler
 from plume.traces import TraceSet
 

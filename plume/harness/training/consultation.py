@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from plume.envs.registry import EnvSpec
-from plume.harness.evaluation import Evaluator, Policy
+from plume.harness.training.evaluation import Evaluator, Policy
 from plume.traces import TraceSet
 
 

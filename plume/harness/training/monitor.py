@@ -4,7 +4,7 @@ The algorithm only sees a Gymnasium vector env; the harness wraps the training e
 :class:`TrainingMonitor` to count environment steps, keep the latest training return for
 progress lines, notify an observer after every step (sampler recomputes, progress output on
 long ``learn`` calls) and, for samplers that want a learner signal, route the algorithm's
-``learner_signal()`` to the episodes it scores (:class:`~plume.harness.samplers.EpisodeSignals`).
+``learner_signal()`` to the episodes it scores (:class:`~plume.harness.training.samplers.EpisodeSignals`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 from gymnasium.vector import VectorWrapper
 
-from plume.harness.samplers import EpisodeSignals
+from plume.harness.training.samplers import EpisodeSignals
 
 
 class TrainingMonitor(VectorWrapper):

@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from plume.harness.datasets import (
+from plume.harness.config.datasets import (
     VALIDATION,
     is_builtin,
     load_checked,
@@ -26,8 +26,8 @@ from plume.harness.datasets import (
     make_env,
     validation_split,
 )
-from plume.harness.errors import ConfigError
-from plume.harness.schema import (
+from plume.harness.config.errors import ConfigError
+from plume.harness.config.schema import (
     JobConfig,
     analysis_settings,
     check_inside_root,
@@ -93,7 +93,7 @@ def load_inputs(job: JobConfig) -> JobInputs:
     """The train split and the test sets of ``job``, loaded and checked once per process for
     the same files (the callback's check and the job that follows share them). With
     ``train.validation`` the test set is the held-out part of the train split
-    (:func:`~plume.harness.datasets.validation_split`) and no test set is read at all."""
+    (:func:`~plume.harness.config.datasets.validation_split`) and no test set is read at all."""
     spec, env, params = job.env_spec, job.env, job.env_params
     fraction = job.train.validation
     test_sets = [] if fraction > 0 else list(env.test_sets)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from plume.envs.registry import EnvSpec
-from plume.harness.evaluation import Evaluator
+from plume.harness.training.evaluation import Evaluator
 from plume.runs.record import SCORE_FILE  # noqa: F401  (harness modules import it here)
 from plume.traces import TraceSet
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from plume.envs.registry import EnvSpec
-from plume.harness.errors import ConfigError
+from plume.harness.config.errors import ConfigError
 from plume.traces import TraceSet
 from plume.traces.loaders import describe_split, load_traces
 from plume.traces.traceset import MAX_PADDED_SAMPLES

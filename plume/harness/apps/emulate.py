@@ -30,17 +30,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from plume.deploy import (
+    load_controller,
+)
 from plume.emulation.job import EmulationJob, EmulationSection, run_emulation_body
 from plume.emulation.mahimahi import missing_tools
 from plume.emulation.netns import EmulationUnavailable, can_emulate
 from plume.emulation.scenarios import scenario_class
-from plume.harness import sweep
-from plume.harness.configdir import CONF_DIR
-from plume.harness.errors import ConfigError
+from plume.harness.apps import sweep
+from plume.harness.apps.entry import hydra_app
+from plume.harness.config.datasets import load_checked, test_set_name
+from plume.harness.config.errors import ConfigError
 from plume.runs.lifecycle import JobRecord, run_lifecycle
 from plume.runs.store import RunDirectory, discard_unused
 
@@ -51,8 +54,7 @@ TOP_KEYS = ("controller", "export", "mode", "exp_name", "seed", "overwrite", "em
 def check_emulation(cfg: DictConfig) -> EmulationJob:
     """The checked job of a ``plume-emulate`` config, traces loaded; ConfigError naming the key
     for a mistake (before Hydra makes the run directory)."""
-    from plume.harness.datasets import load_checked, test_set_name
-    from plume.harness.schema import (
+    from plume.harness.config.schema import (  # deferred: the schema loads torch (the algorithms)
         check_inside_root,
         check_top_keys,
         env_section,
@@ -93,9 +95,6 @@ def _policy(cfg: DictConfig, spec, params) -> tuple[str | None, Path | None, str
     name for reports (the controller's, or the algorithm or rule the contract names)."""
     from dataclasses import asdict
 
-    from plume.deploy import (
-        load_controller,  # deferred: the runtime loads only when an export is played
-    )
 
     controller, export = cfg.get("controller"), cfg.get("export")
     if (controller is None) == (export is None):
@@ -128,8 +127,7 @@ def emulate_job(cfg: DictConfig) -> dict[str, Any] | None:
                           HydraConfig.get())
 
 
-_app = hydra.main(version_base="1.3", config_path=str(CONF_DIR),
-                  config_name="emulate")(emulate_job)
+_app = hydra_app("emulate", emulate_job)
 
 
 def main() -> None:
