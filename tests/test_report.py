@@ -213,12 +213,14 @@ def test_report_ranks_the_planted_sampler_first_with_a_verdict_and_its_effect_si
     assert set(poi["scope"]) == {"all tasks", *LABELS}  # the kinds, pooled over test sets
     text = (cli_report / "report.md").read_text()
     assert re.search(r"plume_dynamic beats uniform on all tasks: difference of means "
-                     r"\+0\.\d{3} \[\+0\.\d{3}, \+0\.\d{3}\] \(normalised score, 95 % Welch t\), "
-                     r"Holm-adjusted p = \S+ over 10 verdicts; PoI 1\.00 \[1\.00, 1\.00\] "
+                     r"\+0\.\d{3} \[\+0\.\d{3}, \+0\.\d{3}\] \(normalised score, 95 % paired t\), "
+                     r"Holm-adjusted p = \S+ over 10 verdicts; paired by seed \(5 pairs: the same "
+                     r"seeds on both sides\): seed-level correlation -?\d\.\d\d, [^\n]*; "
+                     r"PoI 1\.00 \[1\.00, 1\.00\] "
                      r"\(degenerate: every run beats every baseline run", text)
     assert re.search(r"plume_dynamic beats uniform on all tasks: [^\n]*; power at the observed "
-                     r"difference 1\.00 \(two-sided Welch at 0\.05/10 = 0\.005, conservative: "
-                     r"Bonferroni level\), 5 seeds per side for 80%\.\n", text)
+                     r"difference 1\.00 \(two-sided paired t at 0\.05/10 = 0\.005, conservative: "
+                     r"Bonferroni level\), 5 seeds per side for 80% \(Welch's test: 5\)\.\n", text)
     assert "plume_dynamic beats uniform on slow_high-var" in text
 
 
@@ -446,7 +448,7 @@ def test_three_runs_per_side_print_no_interval_and_no_verdict(tmp_path):
 def test_five_runs_per_side_print_intervals_and_verdicts_with_their_methods(cli_report):
     text = (cli_report / "report.md").read_text()
     methods = text.split("## Methods")[1].split("## Tasks")[0]
-    for method in ("Student-t interval over runs", "Welch t interval",
+    for method in ("Student-t interval over runs", "the paired t interval", "Welch t interval",
                    "Holm-Bonferroni over all 10 verdicts of this report",
                    "rliable's stratified percentile bootstrap (200 reps)",
                    "rliable's stratified independent bootstrap (200 reps)",
@@ -460,12 +462,13 @@ def test_five_runs_per_side_print_intervals_and_verdicts_with_their_methods(cli_
     assert "IQM [95% bootstrap]" in header and "mean [95% t]" in header
     assert re.search(r"\| 1 \| plume_dynamic \| 5 \| 4 \| 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\] \|", text)
     comparisons = text.split("## Comparisons with the baseline")[1].split("##")[0]
-    assert "difference of means [95% Welch t]" in comparisons and "degenerate" in comparisons
-    assert ("| power at the observed difference (Welch; conservative: Bonferroni level) | seeds "
-            "per side for 80% power |") in comparisons
+    assert "difference of means [95% t of the design]" in comparisons and "degenerate" in comparisons
+    assert ("| power at the observed difference (the design's test; conservative: Bonferroni "
+            "level) | seeds per side for 80% power |") in comparisons
     assert re.search(r"\| better \| 1\.00 at 0\.005 \| 5 \|", comparisons)
-    assert ("- **Power** of each verdict's test: Welch's two-sided t-test at the observed "
-            "difference and run-to-run standard deviations, at level 0.05/m with m = 10") in methods
+    assert re.search(r"\| paired t \| \+0\.\d{3} \[", comparisons)
+    assert ("- **Power** of each verdict's test at the observed difference, at level 0.05/m "
+            "with m = 10") in methods
 
 
 def test_verdicts_are_holm_corrected_over_the_whole_report(cli_report):
@@ -480,15 +483,17 @@ def test_verdicts_are_holm_corrected_over_the_whole_report(cli_report):
     static = poi[poi["algorithm"] == "plume_static"]
     assert (static["verdict"] == "no significant difference").all()
     assert (static["p_value"] < static["p_holm"]).all()
-    # every verdict's power is at Holm's first-step (Bonferroni) level over the 10 verdicts
-    from plume.report.power import seeds_for_power, welch_power
+    # every verdict's power is at Holm's first-step (Bonferroni) level over the 10 verdicts,
+    # of the paired t (the sides are the same seeds); Welch's seeds beside it
+    from plume.report.paired import paired_power, paired_seeds_for_power
+    from plume.report.power import seeds_for_power
 
-    assert np.allclose(poi["power_level"], 0.05 / 10)
+    assert np.allclose(poi["power_level"], 0.05 / 10) and (poi["design"] == "paired").all()
     for row in poi.itertuples():
-        assert row.power == pytest.approx(welch_power(row.diff, row.sd, row.sd_baseline,
-                                                      row.n_runs, row.n_runs_baseline, 0.005))
-        assert row.seeds_for_80 == seeds_for_power(row.diff, row.sd, row.sd_baseline, 0.005,
-                                                   least=5)
+        assert row.power == pytest.approx(paired_power(row.diff, row.sd_diff, row.n_runs, 0.005))
+        assert row.seeds_for_80 == paired_seeds_for_power(row.diff, row.sd_diff, 0.005, least=5)
+        assert row.seeds_for_80_welch == seeds_for_power(row.diff, row.sd, row.sd_baseline,
+                                                         0.005, least=5)
     assert (static["power"] < 0.8).all() and (static["seeds_for_80"] > 5).all()
 
 

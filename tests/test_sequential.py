@@ -1,6 +1,7 @@
 """Seeds added in rounds (``plume.report.sequential``, ``python -m experiments NAME --seeds
 auto``): the design's boundaries against published values, its family-wise error and power by
-simulation of the very statistic the rounds use (Welch's t through its p-value), and the round
+simulation of the very statistics the rounds use (the paired t of the same seeds, and Welch's t,
+through their p-values), and the round
 logic of the experiments on synthetic runs, without training."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from plume.report.sequential import (
     design,
     design_power,
     obrien_fleming_spending,
+    paired_z,
     welch_z,
 )
 from tests.test_report import write_run
@@ -59,13 +61,34 @@ def test_bonferroni_splits_the_level_and_bad_rounds_are_refused():
     assert rounds.looks_of(20, [5, 8, 30]) == (5, 8, 20)
 
 
-def _simulate(plan, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _simulate(plan, x: np.ndarray, y: np.ndarray, statistic=welch_z) -> np.ndarray:
     """Per simulated experiment and comparison: rejected at some look. ``x`` (sims,
     comparisons, runs), ``y`` (sims, 1, runs): the baseline every comparison shares."""
     rejected = np.zeros(x.shape[:2], dtype=bool)
     for look, n in enumerate(plan.looks):
-        rejected |= np.abs(welch_z(x[..., :n], y[..., :n])) >= plan.boundaries[look]
+        rejected |= np.abs(statistic(x[..., :n], y[..., :n])) >= plan.boundaries[look]
     return rejected
+
+
+def test_paired_looks_keep_the_family_wise_error_and_the_power_of_the_design():
+    """The same seeds on both sides, a seed effect shared by the pair (correlation 0.8): with
+    no difference, 3 comparisons sharing one baseline reject at most 0.05 over 4 looks; with
+    a difference of 0.5 (sd of a pair's difference sqrt(2 * 0.2) = 0.63), power within 0.05
+    of the design's at drift 0.5 / 0.63 * sqrt(20) (measured in the test's output)."""
+    plan3, plan1 = design(LOOKS, 20, 0.05, comparisons=3), design(LOOKS, 20, 0.05)
+    rng = np.random.default_rng(13)
+    sims = 20_000
+    seed_effect = rng.normal(0, np.sqrt(0.8), (sims, 1, 20))
+    def noisy(shape):
+        return rng.normal(0, np.sqrt(0.2), shape)
+    x, y = seed_effect + noisy((sims, 3, 20)), seed_effect + noisy((sims, 1, 20))
+    error = _simulate(plan3, x, y, paired_z).any(axis=1).mean()
+    shifted = seed_effect + 0.5 + noisy((sims, 1, 20))
+    power = _simulate(plan1, shifted, y, paired_z).mean()
+    stated = design_power(plan1, 0.5 / np.sqrt(0.4) * np.sqrt(20))
+    print(f"paired: family-wise error {error:.4f}, power {power:.3f} vs design {stated:.3f}")
+    assert 0.03 < error <= 0.05
+    assert abs(power - stated) < 0.05 and 0.7 < stated < 0.95
 
 
 def test_family_wise_error_under_no_difference_is_at_most_005():
@@ -154,16 +177,16 @@ def _synthetic_runs(root: Path, n_seeds: int, shifts: dict[str, float]) -> dict:
     return roles
 
 
-def test_a_look_s_statistic_is_the_report_s_welch_test_on_its_first_seeds(tmp_path):
+def test_a_look_s_statistic_is_the_report_s_paired_test_on_its_first_seeds(tmp_path):
     """From run directories: the per-run score the report pools (normalised, each run's mean
-    over the compared kinds), Welch's t on seeds 0-4 only though 7 are on disk."""
+    over the compared kinds), the paired t of seeds 0-4 only though 7 are on disk."""
     roles = _synthetic_runs(tmp_path, 7, {"uniform": 0.0, "plume_static": 0.15})
     stat = rounds.pair_statistic(QUICKSTART.groups[0], STATIC, roles, 5)
     scores = normalise(load_scores(scan_runs(list(roles))))
     final = scores[(scores["progress"] == 1.0) & (scores["seed"] < 5)]
     per_run = (final.groupby(["sampler", "seed", "label"])["score"].mean()
                .groupby(["sampler", "seed"]).mean())
-    by_hand = welch_z(per_run["plume_static"].to_numpy(), per_run["uniform"].to_numpy())
+    by_hand = paired_z(per_run["plume_static"].to_numpy(), per_run["uniform"].to_numpy())
     assert stat["n"] == 5
     assert stat["diff"] == pytest.approx(per_run["plume_static"].mean()
                                          - per_run["uniform"].mean())

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from plume.report.comparisons import METRICS, TOO_FEW
+from plume.report.comparisons import METRICS, PAIRED, TEST_NAMES, TOO_FEW
 from plume.report.emulation import gap_figure, lateness_warnings, read_emulations
 from plume.report.inference import (
     ALPHA,
@@ -265,8 +265,8 @@ METRIC_HEADERS = {"IQM": "IQM [95% bootstrap]", "mean": "mean [95% t]",
 
 
 #: Table headers of a comparison's power (plume.report.power) and of the seeds it needs.
-POWER_HEADERS = ("power at the observed difference (Welch; conservative: Bonferroni level)",
-                 f"seeds per side for {TARGET_POWER:.0%} power")
+POWER_HEADERS = ("power at the observed difference (the design's test; conservative: "
+                 "Bonferroni level)", f"seeds per side for {TARGET_POWER:.0%} power")
 
 
 def _display(name: str, frame: pd.DataFrame) -> pd.DataFrame:
@@ -279,10 +279,16 @@ def _display(name: str, frame: pd.DataFrame) -> pd.DataFrame:
         return shown
     if name == "probability_of_improvement":
         shown = frame[["algorithm", "baseline", "scope", "n_runs", "n_runs_baseline"]].copy()
-        shown["difference of means [95% Welch t]"] = _ci(frame, "diff", "diff_lo", "diff_hi",
-                                                         "+.3f")
-        shown["Holm-adjusted p"] = frame["p_holm"].map(
-            lambda p: "" if np.isnan(p) else f"{p:.2g}").astype(object)
+        shown["design"] = frame["design"].map(TEST_NAMES)
+        shown["difference of means [95% t of the design]"] = _ci(frame, "diff", "diff_lo",
+                                                                 "diff_hi", "+.3f")
+        shown["Holm-adjusted p"] = _p(frame["p_holm"])
+        shown["Welch p"] = _p(frame["p_welch"])
+        shown["seed-level correlation"] = _p(frame["correlation"], ".2f")
+        shown["variance / Welch's"] = _p(frame["variance_ratio"], ".2f")
+        shown["sign-flip p (Holm)"] = [
+            "" if np.isnan(p) else f"{p:.2g} ({h:.2g})"
+            for p, h in zip(frame["p_sign_flip"], frame["p_sign_flip_holm"])]
         poi = _ci(frame, "poi", "lo", "hi")
         shown["P(X > baseline) [95% bootstrap]"] = poi.where(~frame["poi_degenerate"].astype(
             bool), poi + " degenerate")
@@ -424,6 +430,22 @@ def _normalisation_line(env: str, norm: Any) -> str:
     return f"- {md_escape(text)}"
 
 
+def _p(values: pd.Series, spec: str = ".2g") -> pd.Series:
+    """A column of numbers as text, blank where there is none."""
+    return values.map(lambda v: "" if np.isnan(v) else format(v, spec)).astype(object)
+
+
+def _design_phrase(a: Analysis) -> str:
+    """Which t-test the report's verdicts used: the paired one where the sides are the same
+    seeds, Welch's otherwise."""
+    designs = set(a.poi["design"]) if not a.poi.empty else set()
+    if designs == {PAIRED}:
+        return "the paired t-test (both sides are the same seeds)"
+    if designs and PAIRED not in designs:
+        return "Welch's t-test (the sides are not the same seeds)"
+    return "the paired t-test where the two sides are the same seeds, else Welch's t-test"
+
+
 def _answer_lines(a: Analysis) -> list[str]:
     """The verdicts (or why there are none), then the ranking."""
     lines = ["## Answer", ""]
@@ -433,10 +455,11 @@ def _answer_lines(a: Analysis) -> list[str]:
                   f"{a.group_label} (e.g. `seed='range({MIN_RUNS})'`); until then the numbers "
                   "below are point estimates, not evidence of a difference."), ""]
     elif not a.poi.empty:
-        lines += [(f"Verdicts: Welch's t-test of the difference of mean normalised scores, "
-                  f"Holm-Bonferroni over the {a.n_verdicts} verdicts below (family-wise error "
-                  f"{ALPHA:.0%}); each carries that difference with its 95 % Welch t interval "
-                  "and the probability of improvement (PoI) with its bootstrap interval. "
+        lines += [(f"Verdicts: {_design_phrase(a)} of the difference of mean normalised "
+                  f"scores, Holm-Bonferroni over the {a.n_verdicts} verdicts below "
+                  f"(family-wise error {ALPHA:.0%}); each carries that difference with its "
+                  "95 % t interval and the probability of improvement (PoI) with its "
+                  "bootstrap interval. "
                   f"Tasks: see Tasks ({len(a.tasks)} compared)."), ""]
     if a.poi.empty:
         lines.append(f"No comparison: baseline {code_span(a.baseline)} "
@@ -480,17 +503,26 @@ def _methods_lines(a: Analysis) -> list[str]:
          f"{coverage_text('t_mean_normal')}; {coverage_text('t_mean_skewed')}. (A percentile "
          f"bootstrap would cover {at_five:.2f} at n = {MIN_RUNS}.)"),
         ("- **Difference of means** (the effect size of every verdict, normalised score): "
-         f"Welch t interval; coverage {coverage_text('welch_difference')}."),
-        (f"- **Verdicts**: Welch's t-test of that difference, Holm-Bonferroni over {family} "
+         "when the two sides are the same seeds (row i of each is seed i, sharing its "
+         "initialisation and RNG streams), the paired t interval of the per-seed differences, "
+         f"coverage {coverage_text('paired_difference')}; otherwise the Welch t interval, "
+         f"coverage {coverage_text('welch_difference')}. A paired row also gives the "
+         "seed-level correlation of the two sides' scores, the variance of the paired "
+         "estimate over Welch's (below 1: pairing helped), Welch's p, and an exact sign-flip "
+         "permutation test (every sign pattern of the differences; free of normality, but "
+         "its smallest p is 2/2^n: 0.0625 at 5 pairs), Holm-corrected as its own family."),
+        (f"- **Verdicts**: {_design_phrase(a)} of that difference, Holm-Bonferroni over {family} "
          f"(family-wise error {ALPHA:.2f}): 'better' or 'worse' when the Holm-adjusted "
          f"p < {ALPHA}, else 'no significant difference'; '{TOO_FEW}' below {MIN_RUNS} runs "
          "per side."),
-        (f"- **Power** of each verdict's test: Welch's two-sided t-test at the observed "
-         f"difference and run-to-run standard deviations, at level {ALPHA}/m with m = "
-         f"{a.n_verdicts or 'the number of verdicts'} (the level of Holm's first step; "
-         "conservative: Bonferroni level), by the noncentral t with Welch-Satterthwaite degrees "
-         "of freedom (within 0.02 of Welch's test simulated, slightly above it at 5 runs per "
-         f"side), and the fewest seeds per side (at least {MIN_RUNS}) that reach "
+        (f"- **Power** of each verdict's test at the observed difference, at level {ALPHA}/m "
+         f"with m = {a.n_verdicts or 'the number of verdicts'} (the level of Holm's first "
+         "step; conservative: Bonferroni level): for the paired t, the noncentral t with "
+         "n - 1 degrees of freedom and the observed spread of the per-seed differences "
+         "(exact for normal differences); for Welch's test, the noncentral t with "
+         "Welch-Satterthwaite degrees of freedom and the two sides' run-to-run standard "
+         "deviations (within 0.02 of Welch's test simulated, slightly above it at 5 runs per "
+         f"side); and the fewest seeds per side (at least {MIN_RUNS}) that reach "
          f"{TARGET_POWER:.0%} at that difference and level. A planning number: it says what "
          "these seeds could detect, not whether the difference is real; not computed when the "
          f"difference is 0 or a side has fewer than {MIN_RUNS} runs."),

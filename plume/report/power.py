@@ -64,11 +64,14 @@ def seeds_for_power(effect: float, sd_x: float, sd_y: float, alpha: float = ALPH
                     target: float = TARGET_POWER, least: int = 2,
                     most: int = MAX_SEEDS) -> int | None:
     """The smallest equal number of runs per side, at least ``least``, whose Welch test at
-    ``alpha`` has ``target`` power at ``effect``; None when even ``most`` do not (power grows
-    with n, so a doubling then a bisection finds it)."""
-    def enough(n: int) -> bool:
-        return welch_power(effect, sd_x, sd_y, n, n, alpha) >= target
+    ``alpha`` has ``target`` power at ``effect``; None when even ``most`` do not."""
+    return smallest_n(lambda n: welch_power(effect, sd_x, sd_y, n, n, alpha) >= target,
+                      least=least, most=most)
 
+
+def smallest_n(enough, least: int = 2, most: int = MAX_SEEDS) -> int | None:
+    """The smallest n >= ``least`` (and >= 2) with ``enough(n)``, for an ``enough`` that stays
+    true once true (power grows with n): a doubling then a bisection; None past ``most``."""
     low = max(2, int(least))
     if enough(low):
         return low
@@ -83,4 +86,5 @@ def seeds_for_power(effect: float, sd_x: float, sd_y: float, alpha: float = ALPH
     return high
 
 
-__all__ = ["MAX_SEEDS", "TARGET_POWER", "seeds_for_power", "welch_df", "welch_power"]
+__all__ = ["MAX_SEEDS", "TARGET_POWER", "seeds_for_power", "smallest_n", "welch_df",
+           "welch_power"]

@@ -21,9 +21,12 @@ Sequential Methods with Applications to Clinical Trials" (Chapman & Hall/CRC), c
   Turnbull ch. 19). For 4 equally spaced looks at 0.05 this gives the published 4.33, 2.96,
   2.36, 2.01.
 
-A comparison's statistic at a look is Welch's t of the difference of mean scores, mapped to
-the normal scale through its two-sided p-value (``z = sign(diff) * Phi^{-1}(1 - p / 2)``), so
-the heavier tails of t at 5 runs are accounted for. Several comparisons share the family-wise
+A comparison's statistic at a look is the report's test of the difference of mean scores (the
+paired t when the two sides are the same seeds, ``plume.report.paired``; Welch's t otherwise),
+mapped to the normal scale through its two-sided p-value
+(``z = sign(diff) * Phi^{-1}(1 - p / 2)``), so the heavier tails of t at 5 runs are accounted
+for; the mean of n paired differences has independent increments too, so the same canonical
+distribution holds. Several comparisons share the family-wise
 error by Bonferroni: each gets a design at ``alpha / m`` (simple and valid whatever their
 dependence, e.g. a shared baseline). At each look a comparison is **rejected** (a difference)
 when ``|z| >= c_k``; otherwise it **continues**, and at the cap it ends with **no difference at
@@ -40,6 +43,7 @@ from scipy import optimize
 from scipy import stats as sps
 
 from plume.report.inference import ALPHA, MIN_RUNS, welch_difference
+from plume.report.paired import paired_difference
 
 REJECTED = "rejected"
 CONTINUE = "continue"
@@ -49,7 +53,8 @@ NO_DIFFERENCE = "no difference at the cap"
 GRID = 1001
 METHOD = ("Lan-DeMets alpha spending, O'Brien-Fleming-type function, boundaries from the "
           "canonical joint distribution by numerical integration (Lan & DeMets 1983, "
-          "Biometrika 70(3); Jennison & Turnbull 2000); Welch's t mapped to z by its p-value; "
+          "Biometrika 70(3); Jennison & Turnbull 2000); the paired t (same seeds) or Welch's t "
+          "mapped to z by its p-value; "
           "Bonferroni alpha/m over the comparisons")
 
 
@@ -191,8 +196,14 @@ def welch_z(x, y, axis: int = -1):
     return np.sign(diff) * sps.norm.isf(np.asarray(p) / 2)
 
 
+def paired_z(x, y, axis: int = -1):
+    """:func:`welch_z` for pairs: the paired t of mean(x - y), row i of each side one seed."""
+    diff, _, _, p = paired_difference(x, y, axis=axis)
+    return np.sign(diff) * sps.norm.isf(np.asarray(p) / 2)
+
+
 def z_from_p(diff: float, p: float) -> float:
-    """``sign(diff) * Phi^{-1}(1 - p / 2)``: a report row's Welch test as a look's statistic."""
+    """``sign(diff) * Phi^{-1}(1 - p / 2)``: a report row's test as a look's statistic."""
     return float(np.sign(diff) * sps.norm.isf(p / 2)) if np.isfinite(p) else float("nan")
 
 
@@ -209,6 +220,6 @@ def decide(plan: Design, look: int, statistics: Mapping[str, float]) -> dict[str
 
 __all__ = [
     "CONTINUE", "METHOD", "NO_DIFFERENCE", "REJECTED", "Design", "crossing_probabilities",
-    "decide", "default_looks", "design", "design_power", "obrien_fleming_spending", "welch_z",
-    "z_from_p",
+    "decide", "default_looks", "design", "design_power", "obrien_fleming_spending", "paired_z",
+    "welch_z", "z_from_p",
 ]

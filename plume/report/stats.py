@@ -530,7 +530,8 @@ def _baseline_comparisons(matrices: dict[str, np.ndarray], ranked: list[str],
         return comparisons_table({}, [], "", tasks, reps=reps, seed=seed)
     if len(ranked) == 1:
         notes.append(f"Only the baseline {base} was pooled: no comparison.")
-    return comparisons_table(matrices, ranked, base, tasks, reps=reps, seed=seed)
+    # Row i of every matrix is seed seeds[i] (the seed policy): the two sides are pairs.
+    return comparisons_table(matrices, ranked, base, tasks, reps=reps, seed=seed, paired=True)
 
 
 def _task_info(frame: pd.DataFrame, tasks: list[str], saturated: dict[str, float]
