@@ -142,3 +142,14 @@ def test_plume_train_trains_the_pensieve_variant_with_pensieve_s_a2c(compose_cfg
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert list(config["algo"].items()) == _items(compose_cfg("algo=a2c_pensieve").algo)
     assert config["algo"]["name"] == "a2c" and config["algo"]["network"] == "pensieve"
+
+
+@pytest.mark.parametrize("preset, env, ratio", [("dqn", "tracebench", 1.0),
+                                                ("dqn_gelato", "abr", 4.0)])
+def test_a_dqn_preset_replays_each_transition_as_often_as_its_file_says(preset, env, ratio):
+    """Transitions replayed per transition stored: gradient_steps x batch_size over
+    train_freq x the env's copies (conf/algo/dqn.yaml: 1; dqn_gelato.yaml: 4)."""
+    algo = load_algo_preset(preset)
+    copies = OmegaConf.load(CONF_DIR / "env" / f"{env}.yaml").n_envs
+    replayed = algo["gradient_steps"] * algo["batch_size"]
+    assert replayed / (algo["train_freq"] * copies) == ratio
