@@ -55,6 +55,7 @@ from plume.report.stats import (
     normalise,
 )
 from plume.report.tables import code_span, md_escape, plain_text, to_markdown, write_table
+from plume.report.tail import WORST_SCOPE
 
 ReportError = (RunScanError, ReportStatsError)
 
@@ -241,6 +242,8 @@ def _tables(inventory: RunInventory, analysis: Analysis) -> dict[str, pd.DataFra
     tables = {
         "aggregates": analysis.aggregates,
         "probability_of_improvement": analysis.poi,
+        "worst_case": analysis.worst_case,
+        "worst_case_comparisons": analysis.worst_case_poi,
         "cells": analysis.cells,
         "task_scores": analysis.task_scores,
         "breakdowns": analysis.breakdowns,
@@ -410,6 +413,7 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
     lines += ["## Comparisons with the baseline", ""]
     lines += ([to_markdown(_display("probability_of_improvement", a.poi))] if not a.poi.empty
               else ["None computed.", ""])
+    lines += _worst_case_lines(a)
     lines += [("## Scores per task, and per kind and cluster within each test set (mean over "
               "runs, no interval)"), "", to_markdown(a.task_scores)]
     if not a.breakdowns.empty:
@@ -475,6 +479,22 @@ def _answer_lines(a: Analysis) -> list[str]:
     return lines
 
 
+def _worst_case_lines(a: Analysis) -> list[str]:
+    """Each method's CVaR of the worst 10 % of test traces, and its verdicts."""
+    if a.worst_case.empty:
+        return []
+    shown = a.worst_case[["algorithm", "n_runs", "n_traces", "worst_traces"]].copy()
+    shown["CVaR [95% t over runs]"] = _ci(a.worst_case, "cvar", "cvar_lo", "cvar_hi")
+    shown["mean over all traces"] = a.worst_case["mean"].map(lambda v: f"{v:.3f}")
+    lines = [f"## Worst case: {WORST_SCOPE} (CVaR, normalised)", "",
+             ("Each run's mean over its worst test traces (the `worst_traces` lowest of "
+              "`n_traces`, every compared task pooled, final evaluation), then the report's "
+              "interval over runs; the verdicts below are Holm-corrected as their own "
+              "family."), "", to_markdown(shown)]
+    lines += [f"- {plain_text(sentence)}" for sentence in a.worst_case_answers()]
+    return lines + [""]
+
+
 def _methods_lines(a: Analysis) -> list[str]:
     """How every interval and verdict of the report is computed, with the coverage of each
     nominal 95 % interval measured by simulation (plume.report.inference.MEASURED_COVERAGE,
@@ -526,6 +546,10 @@ def _methods_lines(a: Analysis) -> list[str]:
          f"{TARGET_POWER:.0%} at that difference and level. A planning number: it says what "
          "these seeds could detect, not whether the difference is real; not computed when the "
          f"difference is 0 or a side has fewer than {MIN_RUNS} runs."),
+        ("- **Worst case (CVaR)**: each run's mean over its worst 10 % of test traces "
+         "(the ceil(10 %) lowest normalised per-trace scores, compared tasks pooled), then the "
+         "Student-t interval over runs and the same tests against the baseline as above, "
+         "Holm-Bonferroni over their own family."),
         (f"- **IQM and median**: rliable's stratified percentile bootstrap "
          f"({reps['aggregates']} reps), short of 95 % at these run counts: coverage "
          f"{coverage_text('bootstrap_iqm')}."),

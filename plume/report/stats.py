@@ -66,6 +66,7 @@ from plume.report.tasks import (
     saturated_tasks,
     task_table,
 )
+from plume.report.tail import run_cvars, worst_case
 
 #: Bootstrap repetitions: tests use a few hundred; ``--paper`` uses 50000 for the aggregates.
 DEFAULT_REPS = 2000
@@ -324,6 +325,8 @@ class Analysis:
     cells: pd.DataFrame              # runs found / used per (algorithm, task)
     aggregates: pd.DataFrame
     poi: pd.DataFrame                # comparisons with the baseline: effect sizes, verdicts
+    worst_case: pd.DataFrame         # per algorithm: mean over runs of each run's CVaR 10 %
+    worst_case_poi: pd.DataFrame     # CVaR comparisons with the baseline (their own family)
     profiles: pd.DataFrame
     curves: pd.DataFrame
     breakdowns: pd.DataFrame         # per test set / kind / cluster: mean with its interval
@@ -362,6 +365,12 @@ class Analysis:
     def answers(self) -> list[str]:
         return [verdict_sentence(row, self.n_verdicts)
                 for row in self.poi.itertuples(index=False)]
+
+    def worst_case_answers(self) -> list[str]:
+        """The worst-case verdicts, Holm-corrected over their own family."""
+        family = int(self.worst_case_poi["p_value"].notna().sum())
+        return [verdict_sentence(row, family)
+                for row in self.worst_case_poi.itertuples(index=False)]
 
 
 def _pooled_rows(scores: pd.DataFrame, group_by: list[str],
@@ -432,6 +441,8 @@ def analyse(
     ranked = aggregates["algorithm"].tolist()
     matrices = {n: final_m.matrices[n] for n in ranked}
     poi = _baseline_comparisons(matrices, ranked, base, compared, reps, seed, notes)
+    worst, worst_poi = worst_case(run_cvars(frame, final, compared, kept_seeds), ranked, base,
+                                  kept_seeds, reps=reps, seed=seed)
     profiles = performance_profiles(matrices, _taus(matrices, taus), reps=reps, seed=seed,
                                     intervals=enough)
     curves = _curves(used, ranked, compared, kept_seeds, common, reps, seed)
@@ -445,7 +456,8 @@ def analyse(
         group_by=group_by, group_label=group_label, baseline=base, algorithms=ranked,
         tasks=compared, task_info=_task_info(frame, tasks, saturated), saturated=saturated,
         seeds=kept_seeds, final_progress=final, progress=common, matrices=matrices,
-        cells=cells, aggregates=aggregates, poi=poi, profiles=profiles, curves=curves,
+        cells=cells, aggregates=aggregates, poi=poi, worst_case=worst, worst_case_poi=worst_poi,
+        profiles=profiles, curves=curves,
         breakdowns=_breakdowns(frame, ranked, kept_seeds, final), task_scores=task_scores,
         normalisations=normalisation_texts(frame, norms), notes=notes,
         reps={"aggregates": aggregate_reps, "poi": reps, "profiles": reps, "curves": reps},
