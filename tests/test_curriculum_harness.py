@@ -101,8 +101,12 @@ def test_genet_rounds_run_at_their_env_steps_and_are_logged(compose_cfg, tmp_pat
     summary = status["summary"]
     # rounds every 4096 // 4 = 1024 env steps, inside the budget: at 1024, 2048 and 3072
     assert summary["sampler_rounds"] == 3 and summary["sampler_round_seconds"] > 0
-    checkpoint = pd.read_parquet(tmp_path / "run" / "eval.parquet")
-    assert checkpoint["score"].notna().all()
+    evaluations = pd.read_parquet(tmp_path / "run" / "eval.parquet")
+    assert evaluations["score"].notna().all()
+    # each round plays 2 traces of each of TraceBench's 4 clusters from chunk 0: 8 x 99 steps
+    assert summary["sampler_scoring_steps"] == 3 * 8 * 99
+    by_progress = evaluations.groupby("progress")["scoring_steps"].agg(["min", "max"])
+    assert by_progress["min"].tolist() == by_progress["max"].tolist() == [0, 2 * 792, 3 * 792]
 
 
 def _train_on(env: str, sampler: str, compose_cfg, run_dir: Path) -> dict:

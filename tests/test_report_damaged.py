@@ -213,6 +213,8 @@ EVAL_DAMAGE = {
     "score_huge": (lambda r: _eval(r, _set("return", 1e300)),
                    ("eval.parquet: score 1.0101010101010101e+298 is outside [-1e+15, 1e+15] "
                    "(8 row(s))")),
+    "scoring_negative": (lambda r: _eval(r, _set("scoring_steps", -5.0)),
+                         "eval.parquet: scoring_steps -5.0 is outside [0, 1e+15] (8 row(s))"),
     "label_markup": (lambda r: _eval(r, _set("label", "<b>INJ</b>")),
                      f"eval.parquet: label '<b>INJ</b>' is not a plain name {NAME_RULE}"),
     "test_set_missing": (lambda r: _eval(r, _first_row("test_set", None)),

@@ -244,6 +244,8 @@ def _tables(inventory: RunInventory, analysis: Analysis) -> dict[str, pd.DataFra
         "probability_of_improvement": analysis.poi,
         "worst_case": analysis.worst_case,
         "worst_case_comparisons": analysis.worst_case_poi,
+        "compute": analysis.compute.table,
+        "equal_compute_comparisons": analysis.compute.comparisons,
         "cells": analysis.cells,
         "task_scores": analysis.task_scores,
         "breakdowns": analysis.breakdowns,
@@ -413,7 +415,7 @@ def _report_markdown(paths, inventory: RunInventory, analysis: Analysis,
     lines += ["## Comparisons with the baseline", ""]
     lines += ([to_markdown(_display("probability_of_improvement", a.poi))] if not a.poi.empty
               else ["None computed.", ""])
-    lines += _worst_case_lines(a)
+    lines += _worst_case_lines(a) + _compute_lines(a)
     lines += [("## Scores per task, and per kind and cluster within each test set (mean over "
               "runs, no interval)"), "", to_markdown(a.task_scores)]
     if not a.breakdowns.empty:
@@ -495,6 +497,32 @@ def _worst_case_lines(a: Analysis) -> list[str]:
     return lines + [""]
 
 
+def _compute_lines(a: Analysis) -> list[str]:
+    """What each method spent in env steps, scoring rollouts included, and its verdicts at
+    equal compute; nothing when no method spends scoring steps."""
+    table = a.compute.table
+    if table.empty:
+        return []
+    shown = table[["algorithm", "n_runs"]].copy()
+    for column, title in (("env_steps", "training env steps"),
+                          ("scoring_steps", "scoring env steps"), ("total_steps", "total at the end")):
+        shown[title] = table[column].map(lambda v: f"{v:,.0f}")
+    shown["scoring share"] = table["scoring_share"].map(lambda v: f"{v:.1%}")
+    shown["compared at: progress"] = table["budget_progress"].map(lambda v: f"{v:.2f}")
+    shown["total there"] = table["budget_steps"].map(lambda v: f"{v:,.0f}")
+    shown["mean score there"] = table["budget_score"].map(lambda v: f"{v:.3f}")
+    lines = ["## Compute: env steps spent, scoring rollouts included", "",
+             ("Means over each method's runs at the final evaluation: the training env steps "
+              "and the env steps its sampler spent playing the policy on training traces to "
+              f"score them. At equal compute ({a.compute.budget:,.0f} total env steps, the "
+              "smallest final total of any run), each run is compared at its latest "
+              "evaluation within that total (the evaluation grid charges a method up to one "
+              "evaluation interval more than it spent); the verdicts below are "
+              "Holm-corrected as their own family."), "", to_markdown(shown)]
+    lines += [f"- {plain_text(sentence)}" for sentence in a.equal_compute_answers()]
+    return lines + [""]
+
+
 def _methods_lines(a: Analysis) -> list[str]:
     """How every interval and verdict of the report is computed, with the coverage of each
     nominal 95 % interval measured by simulation (plume.report.inference.MEASURED_COVERAGE,
@@ -550,6 +578,7 @@ def _methods_lines(a: Analysis) -> list[str]:
          "(the ceil(10 %) lowest normalised per-trace scores, compared tasks pooled), then the "
          "Student-t interval over runs and the same tests against the baseline as above, "
          "Holm-Bonferroni over their own family."),
+        *_compute_method(a),
         (f"- **IQM and median**: rliable's stratified percentile bootstrap "
          f"({reps['aggregates']} reps), short of 95 % at these run counts: coverage "
          f"{coverage_text('bootstrap_iqm')}."),
@@ -563,6 +592,16 @@ def _methods_lines(a: Analysis) -> list[str]:
          f"{MIN_RUNS} runs."),
         "",
     ]
+
+
+def _compute_method(a: Analysis) -> list[str]:
+    if a.compute.table.empty:
+        return []
+    return [("- **Equal compute**: a run's total is its training env steps plus its sampler's "
+             "scoring env steps; the budget is the smallest final total of any run, and each "
+             "run's mean normalised score over the compared tasks is taken at its latest "
+             "evaluation within the budget, then the same tests against the baseline as "
+             "above, Holm-Bonferroni over their own family.")]
 
 
 def _task_lines(a: Analysis) -> list[str]:

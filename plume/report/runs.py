@@ -71,7 +71,7 @@ SIMULATION, EMULATION = "simulation", "emulation"
 """A run directory's ``mode`` (config.yaml): emulation runs (plume-emulate) are reported
 beside the simulator's runs (``plume.report.emulation``), never pooled with them."""
 EVAL_REQUIRED = ("test_set", "trace", "return", "length", "progress")
-EVAL_COLUMNS = (*EVAL_REQUIRED, "label", "cluster", "env_steps", "score")
+EVAL_COLUMNS = (*EVAL_REQUIRED, "label", "cluster", "env_steps", "scoring_steps", "score")
 
 #: Columns of the inventory, in order.
 INVENTORY_COLUMNS = [
@@ -81,11 +81,12 @@ INVENTORY_COLUMNS = [
 ]
 #: Columns of ``load_scores`` (the first 13 are the contract; the next three identify the run;
 #: ``floor``/``ceiling`` are the run's normalisation anchors for the row's test set, NaN when
-#: the run predates ``score.json``).
+#: the run predates ``score.json``; ``scoring_steps`` the env steps its sampler had spent
+#: playing the policy, 0 for a sampler that never does).
 SCORE_COLUMNS = [
     "env", "dataset", "algo", "sampler", "config_key", "seed", "progress", "env_steps",
     "test_set", "trace", "label", "cluster", "score", "run_dir", "exp_name", "analysis",
-    "floor", "ceiling",
+    "floor", "ceiling", "scoring_steps",
 ]
 
 
@@ -459,7 +460,7 @@ def _read_eval(path: Path) -> pd.DataFrame:
         raise RunFileError(f"{EVAL}: missing column(s) {missing}")
     if table.empty:
         raise RunFileError(f"{EVAL}: no rows")
-    for column in ("return", "length", "progress", "env_steps", "score"):
+    for column in ("return", "length", "progress", "env_steps", "scoring_steps", "score"):
         if column in table and not _numeric(table[column]):
             raise RunFileError(f"{EVAL}: column {column!r} holds {table[column].dtype} values, "
                                "not numbers")
@@ -468,8 +469,9 @@ def _read_eval(path: Path) -> pd.DataFrame:
             table["score"] = _floats(table["return"]) / _floats(table["length"])
     _check_values(table, "progress", 0.0, 1.0, allow_missing=False)
     _check_values(table, "score", -LARGEST, LARGEST, allow_missing=True)  # NaN: stats drops
-    if "env_steps" in table:
-        _check_values(table, "env_steps", 0.0, LARGEST, allow_missing=True)
+    for column in ("env_steps", "scoring_steps"):
+        if column in table:
+            _check_values(table, column, 0.0, LARGEST, allow_missing=column == "env_steps")
     if table["trace"].isna().any():
         raise RunFileError(f"{EVAL}: column 'trace' has missing values")
     _check_names(table, "test_set", allow_missing=False)
@@ -574,6 +576,8 @@ def load_scores(inventory: RunInventory) -> pd.DataFrame:
             "analysis": run.analysis,
             "floor": _anchor(test_sets, anchors, "floor"),
             "ceiling": _anchor(test_sets, anchors, "ceiling"),
+            "scoring_steps": (_floats(table["scoring_steps"]) if "scoring_steps" in table
+                              else 0.0),
         })
         frames.append(frame)
     if not frames:

@@ -66,6 +66,7 @@ from plume.report.tasks import (
     saturated_tasks,
     task_table,
 )
+from plume.report.compute import ComputeView, equal_compute, run_steps
 from plume.report.tail import run_cvars, worst_case
 
 #: Bootstrap repetitions: tests use a few hundred; ``--paper`` uses 50000 for the aggregates.
@@ -327,6 +328,7 @@ class Analysis:
     poi: pd.DataFrame                # comparisons with the baseline: effect sizes, verdicts
     worst_case: pd.DataFrame         # per algorithm: mean over runs of each run's CVaR 10 %
     worst_case_poi: pd.DataFrame     # CVaR comparisons with the baseline (their own family)
+    compute: ComputeView             # steps spent (scoring included), comparisons at equal compute
     profiles: pd.DataFrame
     curves: pd.DataFrame
     breakdowns: pd.DataFrame         # per test set / kind / cluster: mean with its interval
@@ -371,6 +373,12 @@ class Analysis:
         family = int(self.worst_case_poi["p_value"].notna().sum())
         return [verdict_sentence(row, family)
                 for row in self.worst_case_poi.itertuples(index=False)]
+
+    def equal_compute_answers(self) -> list[str]:
+        """The verdicts at equal compute, Holm-corrected over their own family."""
+        poi = self.compute.comparisons
+        family = int(poi["p_value"].notna().sum())
+        return [verdict_sentence(row, family) for row in poi.itertuples(index=False)]
 
 
 def _pooled_rows(scores: pd.DataFrame, group_by: list[str],
@@ -443,6 +451,8 @@ def analyse(
     poi = _baseline_comparisons(matrices, ranked, base, compared, reps, seed, notes)
     worst, worst_poi = worst_case(run_cvars(frame, final, compared, kept_seeds), ranked, base,
                                   kept_seeds, reps=reps, seed=seed)
+    compute = equal_compute(run_steps(used, compared, kept_seeds), ranked, base, kept_seeds,
+                            reps=reps, seed=seed)
     profiles = performance_profiles(matrices, _taus(matrices, taus), reps=reps, seed=seed,
                                     intervals=enough)
     curves = _curves(used, ranked, compared, kept_seeds, common, reps, seed)
@@ -457,9 +467,9 @@ def analyse(
         tasks=compared, task_info=_task_info(frame, tasks, saturated), saturated=saturated,
         seeds=kept_seeds, final_progress=final, progress=common, matrices=matrices,
         cells=cells, aggregates=aggregates, poi=poi, worst_case=worst, worst_case_poi=worst_poi,
-        profiles=profiles, curves=curves,
+        compute=compute, profiles=profiles, curves=curves,
         breakdowns=_breakdowns(frame, ranked, kept_seeds, final), task_scores=task_scores,
-        normalisations=normalisation_texts(frame, norms), notes=notes,
+        normalisations=normalisation_texts(frame, norms), notes=notes + compute.notes,
         reps={"aggregates": aggregate_reps, "poi": reps, "profiles": reps, "curves": reps},
         seed=seed, run_dirs=run_dirs,
     )
@@ -503,9 +513,12 @@ def _per_run_task(frame: pd.DataFrame) -> pd.DataFrame:
     """Traces -> one score per (run, task, progress): runs are the replication unit. A cell
     whose run lacks some test set of the task is dropped (the seed policy then reports it)."""
     keys = ["algorithm", "run_dir", "seed", "task", "progress"]
+    if "scoring_steps" not in frame:  # a score table built by hand: no sampler rollouts
+        frame = frame.assign(scoring_steps=0.0)
     per_task = (frame.groupby(keys, sort=True)
                 .agg(score=("score", "mean"), raw=("raw", "mean"),
-                     env_steps=("env_steps", "median"), n_traces=("score", "size"),
+                     env_steps=("env_steps", "median"),
+                     scoring_steps=("scoring_steps", "median"), n_traces=("score", "size"),
                      n_test_sets=("test_set", "nunique"))
                 .reset_index())
     per_task["seed"] = per_task["seed"].astype(int)

@@ -8,7 +8,9 @@ consults the policy, the training loop stops ``learn`` at every multiple of
 ``evaluation_every``, plays the greedy policy once on each named training trace in test mode
 (the evaluator's loop, the env's score: exactly how the baseline's per-trace scores were
 computed) and hands the scores to the sampler. The algorithm never sees traces, and the rounds
-fall on the same env steps after a resume.
+fall on the same env steps after a resume. The rounds' own env steps (``steps``: the lengths
+of the episodes played) are the sampler's scoring cost, which the report adds to the training
+steps to compare methods at equal compute.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class PolicyConsultation:
         self.every = int(sampler.evaluation_every)
         self.rounds = self.round_of(env_steps)
         self.seconds = 0.0  # wall time of the rounds' evaluations
+        self.steps = 0  # env steps of the rounds' evaluations (the episodes' lengths)
 
     def round_of(self, env_steps: int) -> int:
         return int(env_steps) // self.every if self.every else 0
@@ -50,12 +53,14 @@ class PolicyConsultation:
         indices = np.asarray(self.sampler.evaluation_traces(), dtype=np.int64)
         subset = self.traces.subset(indices, name=f"{self.traces.name}/consulted")
         evaluator = Evaluator(self.spec, {subset.name: subset}, self.params)
-        scores = evaluator.evaluate_set(subset.name, policy)["score"].to_numpy(np.float64)
+        played = evaluator.evaluate_set(subset.name, policy)
+        scores = played["score"].to_numpy(np.float64)
         chosen = self.sampler.observe_policy(indices, scores)
         elapsed = time.time() - started
         self.seconds += elapsed
+        self.steps += int(played["length"].sum())
         self.rounds = self.round_of(env_steps)
         return {"sampler/round": self.rounds, "sampler/round_traces": len(indices),
                 "sampler/round_score": float(np.nanmean(scores)),
                 "sampler/round_chosen": -1 if chosen is None else int(chosen),
-                "sampler/round_seconds": elapsed}
+                "sampler/round_seconds": elapsed, "sampler/scoring_steps": self.steps}

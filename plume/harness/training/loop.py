@@ -127,6 +127,9 @@ class TrainingLoop:
         then the checkpoint."""
         started = time.time()
         frame = self.evaluator.evaluate(self.greedy, progress=progress, env_steps=env_steps)
+        scoring = self.session.scoring_steps()
+        if scoring is not None:  # the sampler's rollouts so far: compute beside env_steps
+            frame["scoring_steps"] = scoring
         self.eval_frames.append(frame)
         self.evaluated = progress
         self.rundir.write_table(EVAL_TABLE, pd.concat(self.eval_frames, ignore_index=True))
@@ -159,6 +162,7 @@ class TrainingLoop:
             "progress": progress,
             **self.schedule.checkpoint_fields,
             "consult_seconds": session["consult_seconds"],
+            **({"consult_steps": session["consult_steps"]} if "consult_steps" in session else {}),
         })
 
     def after_step(self, env_steps: int) -> None:

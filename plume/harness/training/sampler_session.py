@@ -135,7 +135,13 @@ class SamplerSession:
         if not self.consultation.every:
             return {}
         return {"sampler_rounds": self.consultation.rounds,
-                "sampler_round_seconds": round(self.consultation.seconds, 2)}
+                "sampler_round_seconds": round(self.consultation.seconds, 2),
+                "sampler_scoring_steps": self.consultation.steps}
+
+    def scoring_steps(self) -> int | None:
+        """Env steps spent so far playing the policy for the sampler; None for a sampler
+        that never consults it (its runs' eval.parquet then has no such column)."""
+        return self.consultation.steps if self.consultation.every else None
 
     # ----------------------------------------------------------------- resume
     def live(self) -> dict[str, Any]:
@@ -143,8 +149,11 @@ class SamplerSession:
         return {"sampler": self.sampler, "signals": self.signals}
 
     def checkpoint(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(),  # readable without the snapshot
-                "consult_seconds": self.consultation.seconds}
+        state = {"sampler": self.sampler.state_dict(),  # readable without the snapshot
+                 "consult_seconds": self.consultation.seconds}
+        if self.consultation.every:
+            state["consult_steps"] = self.consultation.steps
+        return state
 
     def restore(self, sampler: TraceSampler, signals: EpisodeSignals | None,
                 checkpoint: dict[str, Any], logged: pd.DataFrame | None) -> None:
@@ -155,4 +164,5 @@ class SamplerSession:
         self.consultation = PolicyConsultation(sampler, consultation.spec, consultation.params,
                                                consultation.traces, checkpoint["env_steps"])
         self.consultation.seconds = checkpoint.get("consult_seconds", 0.0)
+        self.consultation.steps = int(checkpoint.get("consult_steps", 0))
         self.frames = [] if logged is None else [logged]
