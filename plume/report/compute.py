@@ -70,16 +70,16 @@ def equal_compute(steps: pd.DataFrame, ranked: Sequence[str], baseline: str | No
         return ComputeView(pd.DataFrame(columns=COMPUTE_COLUMNS), empty)
     if steps["env_steps"].isna().any():
         return ComputeView(pd.DataFrame(columns=COMPUTE_COLUMNS), empty, notes=[
-            "Some method spends scoring steps, but some runs record no env_steps in "
-            "eval.parquet (they predate it): no comparison at equal compute."])
+            ("Some method spends scoring steps, but some runs record no env_steps in "
+             "eval.parquet (they predate it): no comparison at equal compute.")])
     final = steps.loc[steps.groupby(["algorithm", "seed"])["progress"].idxmax()]
     budget = float(final["total_steps"].min())
     within = steps[steps["total_steps"] <= budget]
     chosen = within.loc[within.groupby(["algorithm", "seed"])["progress"].idxmax()]
     if len(chosen) < len(final):
         return ComputeView(pd.DataFrame(columns=COMPUTE_COLUMNS), empty, budget, notes=[
-            f"Some run has no evaluation within {budget:,.0f} total env steps (the smallest "
-            "final total): no comparison at equal compute."])
+            (f"Some run has no evaluation within {budget:,.0f} total env steps (the smallest "
+             "final total): no comparison at equal compute.")])
     table = _compute_table(final, chosen, ranked)
     vectors = {name: chosen[chosen["algorithm"] == name].set_index("seed")["score"]
                .reindex(list(seeds)).to_numpy(float)[:, None] for name in ranked}

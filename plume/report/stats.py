@@ -55,8 +55,10 @@ from plume.report.comparisons import (
     scopes,
     verdict_sentence,
 )
+from plume.report.compute import ComputeView, equal_compute, run_steps
 from plume.report.inference import MIN_RUNS, enough_runs, mean_interval, too_few_text
 from plume.report.runs import read_score_file
+from plume.report.tail import run_cvars, worst_case
 from plume.report.tasks import (
     RULE_TEXT,
     assign_tasks,
@@ -66,8 +68,6 @@ from plume.report.tasks import (
     saturated_tasks,
     task_table,
 )
-from plume.report.compute import ComputeView, equal_compute, run_steps
-from plume.report.tail import run_cvars, worst_case
 
 #: Bootstrap repetitions: tests use a few hundred; ``--paper`` uses 50000 for the aggregates.
 DEFAULT_REPS = 2000
