@@ -17,6 +17,8 @@ sampling, same-step autoreset, observation building and reward transform include
 * the authors' figure for their single-copy env + wrapper, 48,000 steps/s, measured on a
   machine like ours.
 
+Each keyed-draws row (``train.crn``) gives its rate over the ordered env's at the same N.
+
 Before timing, the scalar environment is checked against the batched one in test mode (no
 noise): same rewards, delays and observations on 16 copies for two episodes.
 """
@@ -41,6 +43,7 @@ from plume.traces import BITRATES, load_tracebench
 REFERENCE_STEPS_PER_S = 48_000  # authors' single-copy env + wrapper, on a machine like ours
 TARGET_N, TARGET_STEPS_PER_S = 256, 1_000_000
 SIZES = (1, 16, 256, 1024)
+KEYED_SIZES = (16, 256)  # the same env with train.crn's keyed draws
 DATASET = ("majority_fast", "train")
 
 
@@ -171,8 +174,11 @@ def check_scalar_matches_batched(traces, n_copies: int = 16) -> float:
 # --------------------------------------------------------------------------------------
 
 
-def batched_steps_per_s(traces, n_envs: int, steps: int, repeats: int) -> list[float]:
+def batched_steps_per_s(traces, n_envs: int, steps: int, repeats: int,
+                        keyed: bool = False) -> list[float]:
     env = TraceBenchVecEnv(traces, n_envs, mode="train", seed=0)
+    if keyed:  # train.crn: draws keyed by (seed, trace, visit)
+        env.key_draws_by_visit()
     return single_thread.random_action_steps_per_s(env, 3, steps, repeats)
 
 
@@ -222,6 +228,12 @@ def main() -> None:
         f"{'-':>11} {1e6 / REFERENCE_STEPS_PER_S:>8.1f} "
         f"{REFERENCE_STEPS_PER_S / scalar_best:>9.1f} {1.0:>9.2f}"
     )
+    for n in KEYED_SIZES:
+        steps = int(min(max(1_000_000 // n, 2_000), 20_000))
+        best = max(batched_steps_per_s(traces, n, steps, args.repeats, keyed=True))
+        print(f"{'  keyed draws (train.crn)':<34} {n:>5} {best:>13,.0f} {'-':>11} "
+              f"{n / best * 1e6:>8.1f} {best / scalar_best:>9.1f} "
+              f"{best / REFERENCE_STEPS_PER_S:>9.2f}   x{best / results[n]:.2f} of ordered")
     print()
     best = results[TARGET_N]
     print(

@@ -36,7 +36,7 @@ class LinkShareEnv(TraceVecEnv):
         return {"return": ret, "return_transformed": ret}
 
     def _restart(self, ids):
-        self._trace[ids], _ = self._draw(len(ids), np.ones(len(self.trace_set), int), True)
+        self._trace[ids], _ = self._draw(ids, np.ones(len(self.trace_set), int), True)
         self._eplen[ids], self._rewbuf[ids], self._obs[ids] = 0, 0.0, 0.0
 
 

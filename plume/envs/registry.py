@@ -209,6 +209,10 @@ class EnvSpec:
         networks: ``algo.network`` name -> zero-arg loader of a feature extractor class,
             built as ``cls(obs_dim)`` -> a torch module with an ``out_dim`` (the learners put
             their heads on top); ``mlp`` is the agents' own and needs no entry.
+        common_random_numbers: every random draw of the environment goes through
+            ``TraceVecEnv._draws`` and ``_restart`` passes ``_draw`` its ids, so
+            ``train.crn`` can key them by trace and visit (``plume.envs.draws``); False:
+            ``train.crn`` is refused for it.
     """
 
     name: str
@@ -236,6 +240,7 @@ class EnvSpec:
     deploy: Callable[[], Mapping[str | None, Deployment]] | None = None
     emulation: Emulated | None = None
     networks: Mapping[str, Callable[[], type]] = field(default_factory=dict)
+    common_random_numbers: bool = False
 
     def __post_init__(self) -> None:
         if self.single is None:

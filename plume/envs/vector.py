@@ -15,11 +15,13 @@ start) and ``_finish`` (which adds ``trace`` and ``length`` from ``_trace`` and 
 unless given, and Gymnasium's episode-statistics keys, :data:`GYMNASIUM_EPISODE_KEYS`).
 
 Seeding: ``seed`` (an int, a ``numpy.random.SeedSequence`` or None) gives two independent
-child streams, derived without mutating a SeedSequence passed in: one ``np.random.Generator``
-for the whole batch's start offsets and noise, and one for the default ``UniformSampler`` (a
-sampler passed in owns its own generator and is never reseeded). Because one generator serves
-the batch, a training trajectory depends on ``n_envs`` as well as the seed (speed over
-N-independence). ``reset(seed=...)`` reseeds both streams (the default sampler is rebuilt); in
+child streams, derived without mutating a SeedSequence passed in: one for the whole batch's
+start offsets and noise, and one for the default ``UniformSampler`` (a sampler passed in owns
+its own generator and is never reseeded). A subclass draws through ``self._draws``
+(``plume.envs.draws``): by default one ``np.random.Generator`` in order of use, so that a
+training trajectory depends on ``n_envs`` as well as the seed (speed over N-independence);
+after :meth:`TraceVecEnv.key_draws_by_visit` (``train.crn``) each episode's draws are keyed by
+(seed, trace, visit number on that trace) instead. Test mode draws nothing. ``reset(seed=...)`` reseeds both streams (the default sampler is rebuilt); in
 test mode a default ``SequentialSampler`` restarts at trace 0 on every ``reset()``, so after
 reset copy i plays trace i.
 """
@@ -36,6 +38,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from plume.checks import choice, integer
+from plume.envs.draws import CommonDraws, OrderedDraws
 from plume.sampling.base import SequentialSampler, TraceSampler, UniformSampler
 from plume.traces.traceset import TraceSet
 
@@ -170,6 +173,9 @@ class TraceVecEnv(VectorEnv, ABC):
     def _seed(self, seed: int | np.random.SeedSequence | None) -> None:
         env_ss, sampler_ss = child_seeds(seed, 2)
         self._rng = np.random.default_rng(env_ss)
+        self._draw_key = child_seeds(env_ss, 1)[0].generate_state(2, dtype=np.uint64)
+        self._draws = (CommonDraws(self._draw_key, len(self._traces), self.num_envs)
+                       if self.keyed_draws else OrderedDraws(self._rng))
         self._np_random = self._rng
         self._np_random_seed = int(seed) if isinstance(seed, (int, np.integer)) else -1
         self._sampler_ss = sampler_ss
@@ -182,6 +188,18 @@ class TraceVecEnv(VectorEnv, ABC):
             self.sampler = UniformSampler(n, np.random.default_rng(self._sampler_ss))
         else:
             self.sampler = SequentialSampler(n)
+
+    keyed_draws = False
+    """Whether the draws are keyed by trace and visit (:meth:`key_draws_by_visit`)."""
+
+    def key_draws_by_visit(self) -> None:
+        """Common random numbers from now on (``train.crn``): every episode's start offset and
+        noise keyed by (seed, trace, visit number on that trace), before the first ``reset``.
+        Only for an env whose every draw goes through ``self._draws`` (the EnvSpec declares
+        it: ``common_random_numbers``)."""
+        self.keyed_draws = True
+        self._draws = CommonDraws(self._draw_key, len(self._traces), self.num_envs)
+        self._needs_reset = True
 
     # ------------------------------------------------------------------ gym API
     def reset(
@@ -228,21 +246,25 @@ class TraceVecEnv(VectorEnv, ABC):
         return {"trace": self._trace.copy(), "_trace": np.ones(self.num_envs, dtype=bool)}
 
     # ------------------------------------------------------------------ episodes
-    def _draw(self, count: int, n_starts: np.ndarray, same_starts: bool):
+    def _draw(self, ids: np.ndarray | int, n_starts: np.ndarray, same_starts: bool):
         """Traces from the sampler and start offsets (0 in test mode, uniform below
-        ``n_starts[trace]`` in training) for ``count`` new episodes."""
+        ``n_starts[trace]`` in training) for new episodes in copies ``ids`` (what ``_restart``
+        was given; a count is accepted where draws are not keyed by visit)."""
+        count = int(ids) if np.ndim(ids) == 0 else len(ids)
         new = np.asarray(self.sampler.sample_many(count), dtype=np.int64).reshape(-1)
         if (new.shape != (count,) or np.minimum.reduce(new) < 0
                 or np.maximum.reduce(new) >= len(self._traces)):
             raise RuntimeError(
                 f"sampler {type(self.sampler).__name__} returned invalid trace indices {new!r}")
         if not self._train:
-            start = np.zeros(count, dtype=np.int64)
-        elif same_starts:
-            start = self._rng.integers(0, n_starts[0], size=count)
-        else:
-            start = self._rng.integers(0, n_starts[new])
-        return new, start
+            return new, np.zeros(count, dtype=np.int64)
+        if np.ndim(ids) == 0:
+            if self.keyed_draws:
+                raise TypeError(f"{type(self).__name__}._restart passes _draw a count: draws "
+                                "keyed by visit (train.crn) need the copies' ids")
+            ids = np.arange(count)  # ordered draws never read them
+        self._draws.begin(ids, new)
+        return new, self._draws.integers(n_starts[0] if same_starts else n_starts[new], ids)
 
     def _finish(self, done: np.ndarray, infos: dict[str, Any]) -> None:
         """Report finished episodes, update the sampler, autoreset (same step)."""

@@ -179,6 +179,7 @@ SPEC = EnvSpec(
     channel_help=("the gelato setting replays Puffer traces (per-chunk sizes and SSIMs of every "
                   "encoding); bandwidth-only traces (cooked, mahimahi) play with "
                   "env.variant=pensieve"),
+    common_random_numbers=True,  # every draw goes through TraceVecEnv._draws
 )
 
 __all__ = ["SPEC", "AbrParams", "VARIANTS"]

@@ -162,6 +162,7 @@ from plume.envs.abr.observation import (  # noqa: F401  (re-exported: the sim's 
     symmetric_sqrt_clip,
 )
 from plume.envs.abr.video import BITRATES_KBPS, VIDEO_SIZES
+from plume.envs.draws import Draws
 from plume.envs.replay import BatchedDownload, PayloadTables, derived_from, read_only
 from plume.envs.single import SingleCopyEnv
 from plume.envs.vector import GYMNASIUM_EPISODE_KEYS, TraceVecEnv
@@ -444,24 +445,24 @@ class _Gelato(_Dynamics):
         return self._vrow - self._row_base
 
     # ------------------------------------------------------------------ step
-    def step(self, a: np.ndarray, rng: np.random.Generator | None, first: np.ndarray):
+    def step(self, a: np.ndarray, draws: Draws | None, first: np.ndarray):
         """One chunk for every copy; returns the agent rewards (a fresh array)."""
-        self._download_chunk(a, rng)
+        self._download_chunk(a, draws)
         self._play(first)
         rt = self._reward(first)
         self._observe(rt)
         return rt
 
-    def _download_chunk(self, a: np.ndarray, rng: np.random.Generator | None) -> None:
+    def _download_chunk(self, a: np.ndarray, draws: Draws | None) -> None:
         idx, size, quality, delay, t1 = self._idx, self.size, self.quality, self.delay, self._t1
         np.add(self._vrow10, a, out=idx)
         self._sizes.take(idx, out=size, mode="clip")
         self._ssim.take(idx, out=quality, mode="clip")
         self._download.finish_time(self.tau, size, out=t1)
         np.subtract(t1, self.tau, out=delay)
-        if rng is not None:
+        if draws is not None:
             noise = self._noise  # row 0: delay noise, row 1: buffer-cap noise
-            rng.standard_normal(out=noise)
+            draws.normal(noise)
             noise *= self._noise_std
             noise += 1.0
             np.maximum(noise, self._noise_low, out=noise)
@@ -564,15 +565,15 @@ class _Pensieve(_Dynamics):
     def start_chunk(self) -> np.ndarray:
         return self._counter.copy()
 
-    def step(self, a: np.ndarray, rng: np.random.Generator | None, first: np.ndarray):
+    def step(self, a: np.ndarray, draws: Draws | None, first: np.ndarray):
         """One chunk for every copy (Pensieve's ``get_video_chunk``); returns the rewards."""
-        self._download_chunk(a, rng)
+        self._download_chunk(a, draws)
         self._play()
         rt = self._reward(a)
         self._observe()
         return rt
 
-    def _download_chunk(self, a: np.ndarray, rng: np.random.Generator | None) -> None:
+    def _download_chunk(self, a: np.ndarray, draws: Draws | None) -> None:
         size, t1, delay = self.size, self._t1, self._delay_ms
         np.add(self._counter6, a, out=self._idx)
         self._sizes.take(self._idx, out=size, mode="clip")
@@ -580,9 +581,9 @@ class _Pensieve(_Dynamics):
         np.subtract(t1, self.tau, out=delay)
         delay *= 1000.0
         delay += self.p["link_rtt_ms"]
-        if rng is not None:
+        if draws is not None:
             noise = self.delay_noise
-            rng.random(out=noise)
+            draws.random(noise)
             noise *= PENSIEVE_NOISE[1] - PENSIEVE_NOISE[0]
             noise += PENSIEVE_NOISE[0]
             delay *= noise  # RTT and noise do not move the trace position
@@ -754,7 +755,7 @@ class AbrVecEnv(TraceVecEnv):
         """Step every copy; finished copies are reset in the same call (see the module doc)."""
         a = self._check_step(actions, self.n_levels, "encoding")
         sim = self._sim
-        rt = sim.step(a, self._rng if self._train else None, self._first)
+        rt = sim.step(a, self._draws if self._train else None, self._first)
         self._account(sim, rt)
         terminated = sim.terminated.copy()
         truncated = self._trunc
@@ -799,7 +800,7 @@ class AbrVecEnv(TraceVecEnv):
 
     def _restart(self, ids: np.ndarray) -> None:
         """New episodes for copies ``ids``: draw traces (and starts), zero the sums."""
-        new, start = self._draw(len(ids), self._sim.n_starts, self._same_starts)
+        new, start = self._draw(ids, self._sim.n_starts, self._same_starts)
         self._fstate[:, ids] = 0.0
         self._eplen[ids] = 0
         self._trace[ids] = new

@@ -180,4 +180,5 @@ SPEC = EnvSpec(
     channel_help=("a CC trace is a link: constants latency (one-way s), queue (packets), "
                   "loss (fraction) and bandwidth (packets/s) as a constant or as a series "
                   "with time"),
+    common_random_numbers=True,  # every draw goes through TraceVecEnv._draws
 )

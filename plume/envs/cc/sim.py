@@ -632,11 +632,11 @@ class CcVecEnv(TraceVecEnv):
     def _restart(self, ids: np.ndarray) -> None:
         """New episodes for copies ``ids``: trace, start, initial rate, Aurora's warm-up."""
         tables = self._tables
-        new, start = self._draw(len(ids), tables.n_starts, self._same_starts)
+        new, start = self._draw(ids, tables.n_starts, self._same_starts)
         tau = tables.start_time(new, start)
         low, high = self.init_rate
         if self._train:
-            share = self._rng.uniform(low, high, size=len(ids))
+            share = self._draws.uniform(low, high, ids)
         else:
             share = low + (high - low) * tables.test_share[new]
         rate = np.clip(share * tables.bandwidth_at(new, tau), self.min_rate, self.max_rate)

@@ -127,4 +127,5 @@ SPEC = EnvSpec(
     default_dataset=lambda params: "lb_mixed",
     channel_help=("LB traces are job sequences, series interarrival and job_size (CSV files "
                   "'arrival_time,size' with env.trace_format=csv)"),
+    common_random_numbers=True,  # every draw goes through TraceVecEnv._draws
 )

@@ -363,7 +363,7 @@ class LbVecEnv(TraceVecEnv):
     def _restart(self, ids: np.ndarray) -> None:
         """New episodes for copies ``ids``: empty servers and calendars, the first job."""
         tables, width = self._tables, self._tables.width
-        new, _ = self._draw(len(ids), np.ones(1, dtype=np.int64), True)
+        new, _ = self._draw(ids, np.ones(1, dtype=np.int64), True)
         self._fstate[:, ids] = 0.0
         self._eplen[ids] = 0
         self._trace[ids] = new

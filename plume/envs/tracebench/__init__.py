@@ -121,4 +121,5 @@ SPEC = EnvSpec(
               "selection": {"fraction": 0.5, "steps": 7, "central_rounding": "floor"}},
     algo_preset="ppo",
     default_dataset=lambda params: "majority_fast",
+    common_random_numbers=True,  # every draw goes through TraceVecEnv._draws
 )

@@ -333,7 +333,7 @@ class TraceBenchVecEnv(TraceVecEnv):
 
         if self._train:
             noise = self._noise  # row 0: delay noise, row 1: buffer-cap noise
-            self._rng.standard_normal(out=noise)
+            self._draws.normal(noise)
             noise *= self._noise_std
             noise += 1.0
             np.maximum(noise, self._noise_low, out=noise)
@@ -433,7 +433,7 @@ class TraceBenchVecEnv(TraceVecEnv):
 
     def _restart(self, ids: np.ndarray) -> None:
         """New episodes for copies ``ids``: draw traces (and starts), zero the history."""
-        new, start = self._draw(len(ids), self._n_starts, self._same_starts)
+        new, start = self._draw(ids, self._n_starts, self._same_starts)
         self._fstate[:6, ids] = 0.0  # returns, buffer, "not first chunk"
         self._download.assign(ids, new)
         self._tau[ids] = self._tables.local_time[new, start]

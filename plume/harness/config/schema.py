@@ -44,6 +44,8 @@ class TrainSection:
     validation: float = 0.0
     # Stop (state ``paused``) after the first evaluation at or past this fraction of the budget.
     stop_at: float = 1.0
+    # Common random numbers: the env's draws keyed by (seed, trace, visit), plume.envs.draws.
+    crn: bool = False
 
 
 @dataclass
@@ -183,6 +185,10 @@ def validate(cfg: DictConfig) -> JobConfig:
 
     # train.validation > 0: the held-out traces are the only test set, env.test_sets is unread
     env, spec, env_params = env_section(cfg.get("env"), test_sets=train.validation == 0)
+    if train.crn and not spec.common_random_numbers:
+        raise ConfigError(f"train.crn: env {spec.name!r} does not declare that its random draws "
+                          "go through TraceVecEnv._draws (EnvSpec.common_random_numbers), so "
+                          "they cannot be keyed by trace and visit; run it with train.crn=false")
 
     algo_name, algo, algo_default = algo_section(cfg.get("algo"), spec, env_params)
 
@@ -418,7 +424,7 @@ def _resolved(node: DictConfig, fingerprint: str | None,
 
 
 FINGERPRINT_KEYS = ("env", "algo", "sampler", "analysis", "seed", "train.total_steps",
-                    "train.eval_points", "train.eval_at_start", "train.validation")
+                    "train.eval_points", "train.eval_at_start", "train.validation", "train.crn")
 """What decides what a job trains (not where or how it logs). ``train.stop_at`` is not here: a
 paused job resumed with a larger one is the same job."""
 
@@ -431,8 +437,9 @@ def config_fingerprint(cfg: DictConfig) -> str:
         return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
     chosen = {key: resolved(key) for key in FINGERPRINT_KEYS}
-    if not chosen["train.validation"]:  # 0: the hash of runs made before the key existed
-        del chosen["train.validation"]
+    for key in ("train.validation", "train.crn"):  # 0 / false (or absent): the hash of runs
+        if not chosen[key]:                         # made before the key existed
+            del chosen[key]
     return hashlib.sha256(repr(sorted(chosen.items())).encode()).hexdigest()[:16]
 
 def env_section(node: Any, test_sets: bool = True) -> tuple[EnvSection, Any, Any]:

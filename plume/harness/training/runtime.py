@@ -121,6 +121,8 @@ def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker,
         lambda name: controller_trace_scores(spec, params, traces, name, Path(job.paths.cache)))
     env = make_env(spec, traces, job.env.n_envs, session.env_sampler, mode="train",
                    seed=streams["env"], params=params)
+    if job.train.crn:
+        env.key_draws_by_visit()
     seed = torch_seed(streams["torch"])
     monitor, agent = _learner(job, env, session, seed)
     rundir.write_json(SCORE_FILE, score_description(spec, params, evaluator,
