@@ -21,9 +21,10 @@ its own generator and is never reseeded). A subclass draws through ``self._draws
 (``plume.envs.draws``): by default one ``np.random.Generator`` in order of use, so that a
 training trajectory depends on ``n_envs`` as well as the seed (speed over N-independence);
 after :meth:`TraceVecEnv.key_draws_by_visit` (``train.crn``) each episode's draws are keyed by
-(seed, trace, visit number on that trace) instead. Test mode draws nothing. ``reset(seed=...)`` reseeds both streams (the default sampler is rebuilt); in
-test mode a default ``SequentialSampler`` restarts at trace 0 on every ``reset()``, so after
-reset copy i plays trace i.
+(seed, trace, visit number on that trace) instead. Test mode draws nothing.
+``reset(seed=...)`` reseeds both streams (the default sampler is rebuilt); in test mode a
+default ``SequentialSampler`` restarts at trace 0 on every ``reset()``, so after reset copy i
+plays trace i.
 """
 
 from __future__ import annotations
