@@ -175,7 +175,7 @@ def design_lines(plan: Design, comparisons: Sequence[Comparison]) -> list[str]:
     return [(f"sequential design: {len(comparisons)} comparison(s), family-wise error "
              f"{plan.alpha:g} split by Bonferroni (each at {plan.alpha:g}/{plan.comparisons} = "
              f"{plan.level:.4g}); Lan-DeMets O'Brien-Fleming-type alpha spending over n/"
-             f"{plan.cap}; z = Welch's t through its p-value"),
+             f"{plan.cap}; z = the paired t of the two curves' seeds 0..n-1 through its p-value"),
             *looks, "comparisons: " + "; ".join(c.name for c in comparisons)]
 
 
