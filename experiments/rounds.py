@@ -226,7 +226,7 @@ def summary_lines(record: dict) -> list[str]:
              "|---:|---:|---:|---:|"]
     lines += [f"| {k['look']} | {k['runs_per_side']} | {k['boundary']:.3f} | "
               f"{k['alpha_spent']:.2g} |" for k in plan["looks"]]
-    lines += ["", ("| round | runs per side | comparison | difference of means | Welch z | "
+    lines += ["", ("| round | runs per side | comparison | difference of means | z (paired t) | "
                    "decision |"), "|---:|---:|---|---:|---:|---|"]
     for entry in record["rounds"]:
         for s in entry["statistics"]:
