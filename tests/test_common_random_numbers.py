@@ -161,3 +161,15 @@ def test_a_run_with_crn_pauses_and_resumes_exactly(compose_cfg, tmp_path):
     losses = [[json.loads(line)["losses/value_loss"] for line in
                (tmp_path / d / "train.jsonl").read_text().splitlines()] for d in ("straight", "off")]
     assert losses[0] != losses[1]  # the keyed draws trained on other noise than the ordered
+
+
+def test_an_env_that_passes_draw_a_count_is_refused_under_keyed_draws():
+    """A user env written before ids were passed (``_draw(len(ids), ...)``) keeps its ordered
+    draws, and under keyed draws is stopped at its first episode start, naming the fix."""
+    spec = get_env("tracebench")
+    traces = spec.load_builtin("majority_fast", "train").subset(range(3))
+    env = spec.make(traces, 2, None, mode="train", seed=0, params=spec.params())
+    assert env._draw(2, np.full(3, 5), False)[1].shape == (2,)  # ordered: a count is enough
+    env.key_draws_by_visit()
+    with pytest.raises(TypeError, match="passes _draw a count: draws keyed by visit"):
+        env._draw(2, np.full(3, 5), False)
