@@ -175,8 +175,7 @@ class TraceVecEnv(VectorEnv, ABC):
         env_ss, sampler_ss = child_seeds(seed, 2)
         self._rng = np.random.default_rng(env_ss)
         self._draw_key = child_seeds(env_ss, 1)[0].generate_state(2, dtype=np.uint64)
-        self._draws = (CommonDraws(self._draw_key, len(self._traces), self.num_envs)
-                       if self.keyed_draws else OrderedDraws(self._rng))
+        self._draws = self._new_draws()
         self._np_random = self._rng
         self._np_random_seed = int(seed) if isinstance(seed, (int, np.integer)) else -1
         self._sampler_ss = sampler_ss
@@ -199,8 +198,14 @@ class TraceVecEnv(VectorEnv, ABC):
         Only for an env whose every draw goes through ``self._draws`` (the EnvSpec declares
         it: ``common_random_numbers``)."""
         self.keyed_draws = True
-        self._draws = CommonDraws(self._draw_key, len(self._traces), self.num_envs)
+        self._draws = self._new_draws()
         self._needs_reset = True
+
+    def _new_draws(self) -> CommonDraws | OrderedDraws:
+        """Fresh draws of this env's seed: keyed by visit, or the Generator in order."""
+        if self.keyed_draws:
+            return CommonDraws(self._draw_key, len(self._traces), self.num_envs)
+        return OrderedDraws(self._rng)
 
     # ------------------------------------------------------------------ gym API
     def reset(

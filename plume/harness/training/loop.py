@@ -153,16 +153,13 @@ class TrainingLoop:
 
     def checkpoint(self, progress: float, env_steps: int) -> None:
         """The agent, the sampler, the episodes in flight and where the schedule stands."""
-        session = self.session.checkpoint()
         self.rundir.save_checkpoint({
             "agent": self.agent.state_dict(),
-            "sampler": session["sampler"],
             "in_flight": snapshot.dumps(self.live(), self.traces),
             "env_steps": env_steps,
             "progress": progress,
             **self.schedule.checkpoint_fields,
-            "consult_seconds": session["consult_seconds"],
-            **({"consult_steps": session["consult_steps"]} if "consult_steps" in session else {}),
+            **self.session.checkpoint(),  # the sampler's state and its rounds' costs
         })
 
     def after_step(self, env_steps: int) -> None:
