@@ -80,6 +80,18 @@ class A2CConfig(ActorCriticConfig):
             fail_field(self, "fused_optimizer", "false unless optimizer=adam (torch fuses Adam)")
 
 
+def a2c_losses(cfg: A2CConfig, log_prob, entropy, value, advantages, returns):
+    """``(policy loss, value loss, entropy)`` of a rollout, each the mean over the last
+    dimension: ``(B,)`` inputs give scalars, ``(K, B)`` inputs (K seeds trained together,
+    :mod:`plume.agents.lockstep`) one value per seed."""
+    adv = advantages
+    if cfg.norm_adv and adv.shape[-1] > 1:
+        adv = (adv - adv.mean(-1, keepdim=True)) / (adv.std(-1, keepdim=True) + 1e-8)
+    policy_loss = -(adv * log_prob).mean(-1)
+    value_loss = ((returns - value) ** 2).mean(-1)
+    return policy_loss, value_loss, entropy.mean(-1)
+
+
 class A2C(ActorCriticAlgorithm):
     """A2C on a Gymnasium vector environment (contract: :mod:`plume.agents.on_policy`)."""
 
@@ -107,12 +119,8 @@ class A2C(ActorCriticAlgorithm):
         else:
             log_prob, entropy, value = self.evaluate_actions(rollout.obs[idx],
                                                              rollout.actions[idx])
-        adv = rollout.advantages[idx]
-        if cfg.norm_adv and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        policy_loss = -(adv * log_prob).mean()
-        value_loss = ((rollout.returns[idx] - value) ** 2).mean()
-        ent = entropy.mean()
+        policy_loss, value_loss, ent = a2c_losses(cfg, log_prob, entropy, value,
+                                                  rollout.advantages[idx], rollout.returns[idx])
         loss = policy_loss - ent_coef * ent + cfg.vf_coef * value_loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -123,5 +131,6 @@ class A2C(ActorCriticAlgorithm):
             "losses/value_loss": value_loss.item(),
             "losses/entropy": ent.item(),
             "losses/grad_norm": float(grad_norm),
-            "losses/explained_variance": explained_variance(rollout),
+            "losses/explained_variance": explained_variance(rollout.values[rollout.valid],
+                                                             rollout.returns[rollout.valid]),
         }

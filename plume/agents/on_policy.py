@@ -245,10 +245,9 @@ class Rollout:
     update's forward pass ran as the rollout ended (see :meth:`RolloutBuffer.collect`)."""
 
 
-def explained_variance(rollout: Rollout) -> float:
-    """``1 - Var(returns - values) / Var(returns)`` over the rollout's training samples."""
-    y_pred, y_true = rollout.values[rollout.valid], rollout.returns[rollout.valid]
-    var_y = y_true.var().item() if rollout.valid.numel() > 1 else 0.0
+def explained_variance(y_pred: torch.Tensor, y_true: torch.Tensor) -> float:
+    """``1 - Var(returns - values) / Var(returns)`` over a rollout's training samples."""
+    var_y = y_true.var().item() if y_true.numel() > 1 else 0.0
     return float("nan") if var_y == 0 else 1.0 - (y_true - y_pred).var().item() / var_y
 
 
@@ -440,18 +439,23 @@ class ActorCriticAlgorithm(Algorithm):
     def rollout_forward(self):
         """None, or the update's forward pass to run as each rollout ends (see
         :meth:`RolloutBuffer.collect`); only for one gradient step per rollout."""
-        return None
+        return
 
     def collect_rollout(self) -> Rollout:
         """One rollout with the current policy (its advantages join the learner signal)."""
         cfg = self.config
         rollout = self.rollouts.collect(cfg.gamma, cfg.gae_lambda, self.generator,
                                         self.rollout_forward())
+        self.count_rollout(rollout.advantages.reshape(cfg.n_steps, -1))
+        return rollout
+
+    def count_rollout(self, advantages: torch.Tensor) -> None:
+        """A rollout was collected, here or by K seeds trained together
+        (:mod:`plume.agents.lockstep`): its env steps, and its ``(n_steps, num_envs)`` GAE
+        advantages for the learner signal."""
         self.env_steps += self.batch_size
         if self.track_learner_signal:
-            self._signal.append(rollout.advantages.reshape(cfg.n_steps, -1).cpu().numpy()
-                                .astype(np.float64))
-        return rollout
+            self._signal.append(advantages.cpu().numpy().astype(np.float64))
 
     def learn(self, until_env_steps: int) -> list[dict[str, Any]]:
         """Updates until ``env_steps >= until_env_steps``; one record per update."""

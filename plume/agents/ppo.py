@@ -58,6 +58,30 @@ class PPOConfig(ActorCriticConfig):
             fail_field(self, "target_kl", "None or > 0")
 
 
+def ppo_losses(cfg: PPOConfig, log_prob, entropy, value, old_log_prob, advantages, returns,
+               old_value):
+    """``(policy loss, value loss, entropy, approx_kl, clipfrac)`` of one minibatch, each the
+    mean over the last dimension: ``(M,)`` inputs give scalars, ``(K, M)`` inputs (K seeds
+    trained together, :mod:`plume.agents.lockstep`) one value per seed."""
+    logratio = log_prob - old_log_prob
+    ratio = logratio.exp()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1.0) - logratio).mean(-1)
+        clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean(-1)
+    adv = advantages
+    if cfg.norm_adv and adv.shape[-1] > 1:
+        adv = (adv - adv.mean(-1, keepdim=True)) / (adv.std(-1, keepdim=True) + 1e-8)
+    pg_loss = torch.max(
+        -adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip_coef, 1.0 + cfg.clip_coef)
+    ).mean(-1)
+    if cfg.clip_vloss:
+        v_clipped = old_value + (value - old_value).clamp(-cfg.clip_coef, cfg.clip_coef)
+        v_loss = 0.5 * torch.max((value - returns) ** 2, (v_clipped - returns) ** 2).mean(-1)
+    else:
+        v_loss = 0.5 * ((value - returns) ** 2).mean(-1)
+    return pg_loss, v_loss, entropy.mean(-1), approx_kl, clipfrac
+
+
 class PPO(ActorCriticAlgorithm):
     """PPO on a Gymnasium vector environment (contract: :mod:`plume.agents.on_policy`).
 
@@ -98,26 +122,9 @@ class PPO(ActorCriticAlgorithm):
                 log_prob, entropy, value = self.evaluate_actions(
                     rollout.obs[mb], rollout.actions[mb]
                 )
-                logratio = log_prob - rollout.log_probs[mb]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1.0) - logratio).mean()
-                    clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
-
-                adv = rollout.advantages[mb]
-                if cfg.norm_adv and adv.numel() > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(
-                    -adv * ratio, -adv * ratio.clamp(1.0 - cfg.clip_coef, 1.0 + cfg.clip_coef)
-                ).mean()
-
-                ret, old_value = rollout.returns[mb], rollout.values[mb]
-                if cfg.clip_vloss:
-                    v_clipped = old_value + (value - old_value).clamp(-cfg.clip_coef, cfg.clip_coef)
-                    v_loss = 0.5 * torch.max((value - ret) ** 2, (v_clipped - ret) ** 2).mean()
-                else:
-                    v_loss = 0.5 * ((value - ret) ** 2).mean()
-                ent = entropy.mean()
+                pg_loss, v_loss, ent, approx_kl, clipfrac = ppo_losses(
+                    cfg, log_prob, entropy, value, rollout.log_probs[mb],
+                    rollout.advantages[mb], rollout.returns[mb], rollout.values[mb])
                 loss = pg_loss - ent_coef * ent + cfg.vf_coef * v_loss
 
                 self.optimizer.zero_grad(set_to_none=True)
@@ -145,6 +152,7 @@ class PPO(ActorCriticAlgorithm):
             "losses/entropy": mean["ent"],
             "losses/approx_kl": mean["kl"],
             "losses/clipfrac": mean["clip"],
-            "losses/explained_variance": explained_variance(rollout),
+            "losses/explained_variance": explained_variance(rollout.values[rollout.valid],
+                                                             rollout.returns[rollout.valid]),
             "losses/n_epochs": epochs_run,
         }
