@@ -9,8 +9,8 @@ For each preset (on its figure's env: CC for Aurora's A2C, LB for the load balan
 - ``single``: one ordinary agent's ``learn``, env steps/s (the baseline of every ratio);
 - ``K together``: ``learn_together`` over K agents (seeds 0..K-1), aggregate env steps/s;
 - ``2 processes``: two single-seed processes started together (each warms up, then both are
-  released at once), the sum of their rates: what the cores of this machine give without
-  stacking.
+  released at once), the sum of their rates: what two cores give without stacking;
+- ``2 processes x K``: the same with K seeds together in each (the best K): two cores with it.
 Rates are medians over ``--repeats`` rounds in which the contenders take turns; each trains
 ``--steps`` env steps per seed. Agreement: seeds 0..3 trained together against their own
 single runs, the largest relative difference of any loss at each of the first 5 updates
@@ -70,15 +70,16 @@ def alone(agents, until):
         agent.learn(until)
 
 
-def two_processes(preset: str, steps: int, n_envs: int) -> float:
-    """Sum of two single-seed processes' rates, released together after their warm-ups."""
+def two_processes(preset: str, steps: int, n_envs: int, k: int = 1) -> float:
+    """Sum of two processes' rates (``k`` seeds together in each), released together after
+    their warm-ups."""
     with tempfile.TemporaryDirectory() as tmp:
         go = Path(tmp) / "go"
         children = [subprocess.Popen(
-            [sys.executable, __file__, "--child", preset, str(seed), str(steps), str(n_envs),
-             str(go)], stdout=subprocess.PIPE, text=True) for seed in (0, 1)]
+            [sys.executable, __file__, "--child", preset, str(slot), str(k), str(steps),
+             str(n_envs), str(go)], stdout=subprocess.PIPE, text=True) for slot in (0, 1)]
         for _ in range(6000):  # bounded: 10 min
-            if all((Path(tmp) / f"ready{seed}").exists() for seed in (0, 1)):
+            if all((Path(tmp) / f"ready{slot}").exists() for slot in (0, 1)):
                 break
             time.sleep(0.1)
         go.touch()
@@ -86,15 +87,16 @@ def two_processes(preset: str, steps: int, n_envs: int) -> float:
     return sum(rates)
 
 
-def child(preset: str, seed: int, steps: int, n_envs: int, go: Path) -> None:
-    (agent,) = make_agents(preset, [seed], n_envs)
-    agent.learn(2 * agent.batch_size)
-    (go.parent / f"ready{seed}").touch()
+def child(preset: str, slot: int, k: int, steps: int, n_envs: int, go: Path) -> None:
+    agents = make_agents(preset, range(slot * k, slot * k + k), n_envs)
+    train = alone if k == 1 else learn_together
+    train(agents, 2 * agents[0].batch_size)
+    (go.parent / f"ready{slot}").touch()
     for _ in range(6000):
         if go.exists():
             break
         time.sleep(0.1)
-    print(timed(alone, [agent], steps))
+    print(timed(train, agents, steps))
 
 
 def agreement(preset: str, n_envs: int) -> list[float]:
@@ -124,13 +126,15 @@ def bench(preset: str, ks: list[int], steps: int, repeats: int, n_envs: int) -> 
         rates["2 processes"].append(two_processes(preset, steps, n_envs))
         print(f"  {preset}: round {round_ + 1}/{repeats} done", flush=True)
     median = {name: statistics.median(r) for name, r in rates.items()}
+    best = max(ks, key=lambda k: median[f"{k} together"])
+    median[f"2 processes x {best}"] = statistics.median(
+        two_processes(preset, steps, n_envs, best) for _ in range(repeats))
     base, pair = median["single"], median["2 processes"]
     print(f"\n{preset} ({n_envs} copies per seed, {steps:,} env steps per seed, median of "
           f"{repeats})")
-    print(f"{'':>14} {'env steps/s':>12} {'vs single':>10} {'vs 2 procs':>11}")
+    print(f"{'':>18} {'env steps/s':>12} {'vs single':>10} {'vs 2 procs':>11}")
     for name, rate in median.items():
-        print(f"{name:>14} {rate:>12,.0f} {rate / base:>9.2f}x {rate / pair:>10.2f}x")
-    best = max(ks, key=lambda k: median[f"{k} together"])
+        print(f"{name:>18} {rate:>12,.0f} {rate / base:>9.2f}x {rate / pair:>10.2f}x")
     print(f"best K = {best}: x{median[f'{best} together'] / base:.2f} a single-seed process")
     print("agreement with single runs, seeds 0-3, largest relative loss difference at "
           "updates 1-5: " + ", ".join(f"{d:.1e}" for d in agreement(preset, n_envs)))
@@ -138,8 +142,8 @@ def bench(preset: str, ks: list[int], steps: int, repeats: int, n_envs: int) -> 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        preset, seed, steps, n_envs, go = sys.argv[2:7]
-        child(preset, int(seed), int(steps), int(n_envs), Path(go))
+        preset, slot, k, steps, n_envs, go = sys.argv[2:8]
+        child(preset, int(slot), int(k), int(steps), int(n_envs), Path(go))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=list(PRESETS))

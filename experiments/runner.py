@@ -68,6 +68,8 @@ from experiments.rounds import (
     summary_lines,
 )
 from hydra_plugins.plume_sweeper.plume_sweeper import job_names
+from plume.agents import ALGORITHMS
+from plume.agents.lockstep import lockstep_refusal
 from plume.harness.config.configdir import plume_hydra
 from plume.harness.config.preflight import check_controller
 from plume.harness.config.schema import ConfigError, validate
@@ -104,6 +106,7 @@ class PlannedJob:
     total_steps: int = 0  # train.total_steps, for the progress line
     kind: str = ""  # "<env>/<algo>" of a training job: runs of one kind train at one speed
     error: str | None = None  # why it did not complete, once launched
+    together: bool = False  # its learner can be trained with other seeds in one process
 
     @property
     def completed(self) -> bool:
@@ -144,7 +147,10 @@ def plan(jobs: Sequence[Job], root: str | Path, extra: Sequence[str] = (),
                 steps = int(cfg.train.total_steps) if train else 0
                 # the learner it trains (an env's default preset when the job names none)
                 kind = f"{cfg.env.name}/{checked.algo_name}" if train else ""
-                planned.append(PlannedJob(job, args, run_dir, state, steps, kind))
+                together = train and lockstep_refusal(ALGORITHMS[checked.algo_name],
+                                                      checked.algo) is None
+                planned.append(PlannedJob(job, args, run_dir, state, steps, kind,
+                                          together=together))
     finally:
         GlobalHydra.instance().clear()
     return planned
@@ -196,32 +202,64 @@ def launcher_overrides(hydra_overrides: Sequence[str], workers: int) -> list[str
     return chosen
 
 
+def seed_packs(pending: Sequence[PlannedJob], width: int) -> list[list[PlannedJob]]:
+    """``pending`` as the jobs one sweep launches: with ``width`` > 1, training jobs that
+    differ only in their seed and whose learner can be trained with others, in runs of at most
+    ``width`` consecutive seeds, one job each (``train.seeds_in_process``; each seed still
+    writes its own run directory); every other job alone."""
+    packs: list[list[PlannedJob]] = []
+    last: dict[tuple[str, ...], list[PlannedJob]] = {}
+    for item in pending:
+        if width <= 1 or not item.together:
+            packs.append([item])
+            continue
+        key = tuple(a for a in item.args if not a.startswith("seed="))
+        pack = last.get(key)
+        if pack and len(pack) < width and item.job.seed == pack[-1].job.seed + 1:
+            pack.append(item)
+        else:
+            last[key] = [item]
+            packs.append(last[key])
+    return packs
+
+
+def pack_args(pack: Sequence[PlannedJob]) -> list[str]:
+    """The arguments of the one job that trains ``pack``'s seeds."""
+    args = list(pack[0].args)
+    return args if len(pack) == 1 else [*args, f"train.seeds_in_process={len(pack)}"]
+
+
 def launch(pending: Sequence[PlannedJob], overrides: Sequence[str],
-           stream: TextIO | None = None, progress_every_s: float = 30.0) -> list[PlannedJob]:
+           stream: TextIO | None = None, progress_every_s: float = 30.0,
+           seeds_in_process: int = 1) -> list[PlannedJob]:
     """Run ``pending`` as one ``plume-train -m`` (``plume-eval -m``) process, through the
     launcher that the Hydra ``overrides`` choose, and wait for it; an aggregate progress line
     is printed meanwhile. A figure's unfinished jobs need not be a cartesian product, so the
     ``plume`` sweeper is handed the explicit list (``hydra.sweeper.jobs``); its refusals and
     summary are the app's own, and the sweep's folder (where launchers keep their files, e.g.
     submitit's ``.submitit/``) is the first job's experiment folder. A failed job is reported
-    and the others go on. Returns the jobs that did not complete (with ``error`` set)."""
+    and the others go on; ``seeds_in_process`` > 1 packs seeds (:func:`seed_packs`). Returns
+    the jobs that did not complete (with ``error`` set)."""
     stream = stream or sys.stdout
     if not pending:
         return []
     config = pending[0].job.config
     if any(p.job.config != config for p in pending):
         raise ValueError("one multirun launches jobs of one config (plume-train or plume-eval)")
-    print(f"launching {len(pending)} job(s): {' '.join(overrides)}; each job logs to "
+    packs = seed_packs(pending, seeds_in_process)
+    packed = "" if len(packs) == len(pending) else (
+        f" ({len(pending)} seeds, up to {seeds_in_process} trained together per process)")
+    print(f"launching {len(packs)} job(s){packed}: {' '.join(overrides)}; each job logs to "
           f"<run dir>/train.log", file=stream, flush=True)
     with tempfile.TemporaryDirectory(prefix="plume-sweep-") as folder:
         jobs_file = Path(folder) / "jobs.json"
-        jobs_file.write_text(json.dumps([list(p.args) for p in pending]))
+        jobs_file.write_text(json.dumps([pack_args(p) for p in packs]))
         with open(Path(folder) / "stderr.txt", "w+", errors="replace") as errors:
             with SweepProgress(pending, stream, progress_every_s):
                 code = _run_sweep(sweep_command(config, overrides, jobs_file), errors)
             errors.seek(0)
             lines = errors.read().splitlines()
-    return _failures(pending, APPS[config][1], lines, code, stream)
+    return _failures(packs, APPS[config][1], lines, code, stream)
 
 
 # The app of each job config: its module (run with this Python, as ``python -m``: the working
@@ -264,34 +302,35 @@ def _run_sweep(command: list[str], errors: TextIO) -> int:
         raise
 
 
-def _failures(pending: Sequence[PlannedJob], app: str, stderr: Sequence[str], code: int,
-              stream: TextIO) -> list[PlannedJob]:
+def _failures(packs: Sequence[Sequence[PlannedJob]], app: str, stderr: Sequence[str],
+              code: int, stream: TextIO) -> list[PlannedJob]:
     """The jobs whose run directory does not say completed, each with its error: the text of
     ``status.json`` (the job's own record), else the sweep's line about the job (refused
     before or while running, failed), else why the sweep stopped: the last line it wrote when
     it ended without its summary (e.g. the launcher raised)."""
-    said = _sweep_lines(pending, app, stderr)
+    said = _sweep_lines([pack_args(p) for p in packs], app, stderr)
     stopped = None
     if not any(line.startswith(f"{app}: sweep of ") for line in stderr):
         stopped = _last_line(stderr) or f"{app} exited with status {code}"
         print(f"the launcher stopped: {stopped}", file=stream)
     failed = []
-    for item, line in zip(pending, said):
-        item.state = read_state(item.run_dir)
-        if item.completed:
-            continue
-        item.error = (_status_error(item.run_dir) or line or stopped
-                      or "the job did not complete")
-        failed.append(item)
+    for pack, line in zip(packs, said):
+        for item in pack:
+            item.state = read_state(item.run_dir)
+            if item.completed:
+                continue
+            item.error = (_status_error(item.run_dir) or line or stopped
+                          or "the job did not complete")
+            failed.append(item)
     return failed
 
 
-def _sweep_lines(pending: Sequence[PlannedJob], app: str,
+def _sweep_lines(launched: Sequence[Sequence[str]], app: str,
                  stderr: Sequence[str]) -> list[str | None]:
-    """Per job, the reason of the sweep's ``<app>: refused|failed [<job>]: <reason>`` line
+    """Per launched job (its arguments), the reason of the sweep's ``<app>: refused|failed [<job>]: <reason>`` line
     about it (a refusal as ``JobRefused: <reason>``, the way a refused job's error reads)."""
-    names = job_names([p.args for p in pending])
-    found: list[str | None] = [None] * len(pending)
+    names = job_names(launched)
+    found: list[str | None] = [None] * len(launched)
     for line in stderr:
         verb = next((v for v in ("refused", "failed") if line.startswith(f"{app}: {v}")), None)
         for i, name in enumerate(names if verb else ()):
@@ -434,7 +473,7 @@ def print_plan(planned: Sequence[PlannedJob], stream: TextIO, workers: int) -> N
 
 
 def train_pending(planned: Sequence[PlannedJob], sweep: Sequence[str], stream: TextIO,
-                  progress_every_s: float) -> list[PlannedJob]:
+                  progress_every_s: float, seeds_in_process: int = 1) -> list[PlannedJob]:
     """Launch the jobs of ``planned`` not yet completed, the controllers first (seconds
     each), say which failed and what was trained; returns the failed ones."""
     began = time.time()
@@ -442,7 +481,7 @@ def train_pending(planned: Sequence[PlannedJob], sweep: Sequence[str], stream: T
     failed: list[PlannedJob] = []
     for config in ("eval", "train"):
         batch = [p for p in pending if p.job.config == config]
-        failed += launch(batch, sweep, stream, progress_every_s)
+        failed += launch(batch, sweep, stream, progress_every_s, seeds_in_process)
     for item in failed:
         print(f"FAILED {show(item.run_dir)}: {item.error}\n"
               f"    {STATUS} and train.log in that directory", file=stream)
@@ -510,11 +549,11 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
         overrides: Sequence[str] = (), n_seeds: int | None = None,
         report_options: dict | None = None, stream: TextIO | None = None,
         hydra_overrides: Sequence[str] = (), progress_every_s: float = 30.0,
-        groups: Sequence[str] | None = None) -> dict:
+        groups: Sequence[str] | None = None, seeds_in_process: int = 1) -> dict:
     """The whole command; returns counts, failures and the rendered artefacts.
     ``hydra_overrides`` (``hydra/launcher=...``, ``hydra.launcher.*``) choose the launcher;
     ``workers`` is joblib's ``n_jobs`` unless they set it; ``groups``: train and draw only
-    those groups of the figure."""
+    those groups of the figure; ``seeds_in_process``: see :func:`seed_packs`."""
     stream = stream or sys.stdout
     sweep = launcher_overrides(hydra_overrides, workers)
     root_path, out_path = Path(root), Path(out)
@@ -539,7 +578,7 @@ def run(name: str, profile: str = "quick", workers: int = 2, root: str | Path = 
     failed: list[PlannedJob] = []
     trained = 0
     if pending and not render_only:
-        failed = train_pending(planned, sweep, stream, progress_every_s)
+        failed = train_pending(planned, sweep, stream, progress_every_s, seeds_in_process)
         trained = len(pending) - len(failed)
     elif render_only and pending:
         print(f"--render-only: {len(pending)} job(s) not completed are left out of the figures",
@@ -592,7 +631,8 @@ def run_auto(name: str, profile: str = "quick", workers: int = 2, root: str | Pa
              out: str | Path = "reports", *, cap: int = 20, rounds: Sequence[int] | None = None,
              dry_run: bool = False, overrides: Sequence[str] = (),
              report_options: dict | None = None, hydra_overrides: Sequence[str] = (),
-             stream: TextIO | None = None, progress_every_s: float = 30.0) -> dict:
+             stream: TextIO | None = None, progress_every_s: float = 30.0,
+             seeds_in_process: int = 1) -> dict:
     """The whole ``--seeds auto`` command (its design and looks: ``experiments.rounds``);
     returns what :func:`run` returns, plus the record of the rounds (``sequential``)."""
     stream = stream or sys.stdout
@@ -620,7 +660,7 @@ def run_auto(name: str, profile: str = "quick", workers: int = 2, root: str | Pa
             return {"jobs": planned, "completed": sum(p.completed for p in planned),
                     "pending": sum(not p.completed for p in planned), "trained": 0,
                     "failed": [], "artefacts": {}, "sequential": record}
-        failed = train_pending(planned, sweep, stream, progress_every_s)
+        failed = train_pending(planned, sweep, stream, progress_every_s, seeds_in_process)
         planned_all.update({p.run_dir: p for p in planned})
         if failed:
             record["stopped"] = (f"Stopped in round {look}: {len(failed)} job(s) failed; a "
@@ -745,6 +785,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--reps", type=int, default=None,
                         help="bootstrap repetitions of the rliable report (report default)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the report bootstrap")
+    parser.add_argument("--seeds-in-process", type=int, default=1, metavar="K",
+                        help="train up to K consecutive seeds of one curve in one process "
+                             "(train.seeds_in_process; PPO and A2C with network=mlp, each "
+                             "seed its own run directory; README, 'Many seeds in one "
+                             "process'); 1: one seed per process (default)")
     parser.add_argument("--progress-every", type=float, default=30.0, metavar="SECONDS",
                         help="seconds between progress lines when not on a terminal (30)")
     return parser
@@ -759,6 +804,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.jobs < 1:
         parser.error("-j must be >= 1")
+    if args.seeds_in_process < 1:
+        parser.error("--seeds-in-process must be >= 1")
     auto = args.seeds == "auto"
     if why := rounds.check_options(args.name, args.seeds, args.seeds_cap, args.seeds_rounds,
                                    args.render_only):
@@ -781,11 +828,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cap=args.seeds_cap or rounds.DEFAULT_CAP,
             rounds=args.seeds_rounds, dry_run=args.dry_run, overrides=jobs,
             report_options=report_options, hydra_overrides=sweep,
-            progress_every_s=args.progress_every) if auto else run(
+            progress_every_s=args.progress_every,
+            seeds_in_process=args.seeds_in_process) if auto else run(
             args.name, args.profile, args.jobs, args.root, args.out, dry_run=args.dry_run,
             render_only=args.render_only, overrides=jobs, n_seeds=args.seeds,
             report_options=report_options, hydra_overrides=sweep,
-            progress_every_s=args.progress_every, groups=args.groups)
+            progress_every_s=args.progress_every, groups=args.groups,
+            seeds_in_process=args.seeds_in_process)
     except (HydraException, OmegaConfBaseException, ConfigError) as err:  # the user's mistake
         message = " ".join(str(err).split())
         print(f"python -m experiments: error: {message}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -368,3 +369,40 @@ def test_a_figure_counts_each_run_once_though_it_is_drawn_on_every_test_set(monk
     title = drawn[0]._suptitle.get_text()
     assert title.endswith("; 5 learned runs")
     assert len(drawn[0].axes) == 3  # one panel per test set
+
+
+def _planned(seed: int, sampler: str, together: bool = True) -> runner.PlannedJob:
+    job = runner.Job("fig6b_quick", (f"sampler={sampler}",), seed)
+    return runner.PlannedJob(job, [f"sampler={sampler}", f"seed={seed}"], Path(f"{seed}"),
+                             together=together)
+
+
+def test_seeds_of_one_curve_are_packed_in_runs_of_consecutive_seeds():
+    pending = [_planned(0, "a"), _planned(1, "a"), _planned(2, "a"), _planned(4, "a"),
+               _planned(0, "b"), _planned(1, "b"), _planned(0, "c", together=False),
+               _planned(1, "c", together=False)]
+    packs = runner.seed_packs(pending, 2)
+    assert [[(p.job.overrides[0], p.job.seed) for p in pack] for pack in packs] == [
+        [("sampler=a", 0), ("sampler=a", 1)], [("sampler=a", 2)], [("sampler=a", 4)],
+        [("sampler=b", 0), ("sampler=b", 1)], [("sampler=c", 0)], [("sampler=c", 1)]]
+    assert runner.pack_args(packs[0]) == ["sampler=a", "seed=0", "train.seeds_in_process=2"]
+    assert runner.pack_args(packs[1]) == ["sampler=a", "seed=2"]
+    assert [len(p) for p in runner.seed_packs(pending, 1)] == [1] * 8
+
+
+def test_a_figure_with_seeds_in_process_trains_each_seed_into_its_own_directory(tmp_path,
+                                                                                capsys):
+    root, out = tmp_path / "runs", tmp_path / "reports"
+    overrides = ["train.total_steps=2048", "train.eval_points=2", "train.progress_every_s=0",
+                 "env.n_envs=8", "algo.n_steps=8", "logger=none", *FAST_ANALYSIS]
+    argv = ["fig6b", "--seeds", "2", "--seeds-in-process", "2", "--root", str(root),
+            "--out", str(out), "--reps", "50", *[f"--override={o}" for o in overrides]]
+    assert runner.main(argv) == 0, capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "launching 3 job(s) (6 seeds, up to 2 trained together per process)" in printed
+    assert "trained 10, skipped 0 (already completed), failed 0" in printed
+    runs = sorted(root.glob("fig6b_quick/*/seed=*/status.json"))
+    assert len(runs) == 6 and all(json.loads(p.read_text())["state"] == "completed"
+                                  for p in runs)
+    assert runner.main(argv) == 0
+    assert "launching" not in capsys.readouterr().out

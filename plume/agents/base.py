@@ -32,10 +32,12 @@ Each algorithm also names its hyperparameter dataclass (``CONFIG``): the harness
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -108,6 +110,19 @@ class Algorithm(ABC):
     def greedy_policy(self) -> GreedyPolicy:
         """The actor that :meth:`act` applies with ``deterministic=True``, as a module (a copy
         on the CPU in eval mode: exporting never touches the learner) and its action rule."""
+
+
+_GLOBAL_RNG = threading.Lock()
+
+
+@contextlib.contextmanager
+def seeded_init(seed: int) -> Iterator[None]:
+    """Build networks from torch's global RNG seeded with ``seed``, leaving that RNG as it
+    was (``fork_rng``), one thread at a time: torch's layers initialise from the global RNG,
+    which seeds trained together in one process (one thread each) share."""
+    with _GLOBAL_RNG, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        yield
 
 
 def update_record(env_steps: int, updates: int, **metrics: Any) -> dict[str, Any]:

@@ -117,6 +117,7 @@ from plume.agents.base import (
     check_sizes,
     fail_field,
     linear_schedule,
+    seeded_init,
     update_record,
 )
 from plume.agents.networks import feature_extractor, mlp
@@ -305,8 +306,7 @@ class DQN(Algorithm):
         init_seed, explore_seed, eval_seed, replay_seed = (
             int(s) for s in np.random.SeedSequence(self.seed).generate_state(4)
         )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(init_seed)
+        with seeded_init(init_seed):
             self.q_network = QNetwork(self.obs_dim, self.n_actions, config).to(self.device)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
         self.optimizer = torch.optim.Adam(

@@ -88,6 +88,7 @@ from plume.agents.base import (
     check_real,
     fail_field,
     linear_schedule,
+    seeded_init,
     update_record,
 )
 from plume.agents.networks import ActorCritic
@@ -406,8 +407,7 @@ class ActorCriticAlgorithm(Algorithm):
         autoreset_mode(env, who)  # refuse DISABLED before building anything
         # Seeding: network init under a forked global RNG; sampling from generators we own.
         init_seed, sample_seed, eval_seed = np.random.SeedSequence(self.seed).generate_state(3)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(init_seed))
+        with seeded_init(init_seed):
             self.policy = ActorCritic(
                 env.single_observation_space,
                 env.single_action_space,

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,8 @@ from plume.harness.apps.entry import hydra_app
 from plume.harness.config.preflight import check_train
 from plume.harness.config.schema import ConfigError, JobConfig, ResolvedJob, resolve_job
 from plume.harness.integrations.tracking import NullTracker, WandbTracker
-from plume.harness.training.runtime import TrainingRun
+from plume.harness.training.lockstep import SeedGroup
+from plume.harness.training.runtime import TrainingRun, itself
 from plume.runs.lifecycle import JobRecord, run_lifecycle
 from plume.runs.store import RunDirectory, discard_unused
 
@@ -70,18 +74,90 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
     process at a time (RunDirectoryLocked otherwise), a completed job skipped."""
     try:
         inputs = check_train(cfg)  # config, data, env package: before anything is written
+        if inputs.job.train.seeds_in_process > 1:
+            _check_seed_folder(Path(run_dir), inputs.job)
     except ConfigError:
         discard_unused(Path(run_dir))  # the folder Hydra made for a multirun job, if any
         raise
+    if inputs.job.train.seeds_in_process > 1:
+        return _run_seeds_together(cfg, inputs, Path(run_dir), choices, hydra_record or {})
+    return _run_seed(cfg, inputs, Path(run_dir), choices, hydra_record or {})
+
+
+def _run_seed(cfg: DictConfig, inputs, run_dir: Path, choices: dict[str, str] | None,
+              hydra_record: dict[str, str], learner=itself):
+    """The job lifecycle of one checked job in ``run_dir`` (``learner``: see TrainingRun)."""
     job = inputs.job
     resolved = resolve_job(cfg, job, choices)
     rundir = RunDirectory(run_dir)
-    training = TrainingRun(inputs, rundir, resolved.fingerprint)
+    training = TrainingRun(inputs, rundir, resolved.fingerprint, learner)
     record = JobRecord(exp_name=job.exp_name, seed=job.seed, choices=resolved.choices,
                        config=resolved.yaml, overwrite=job.overwrite,
-                       hydra=hydra_record or {}, verb="train")
+                       hydra=hydra_record, verb="train")
     return run_lifecycle(rundir, record, training.body, start=training.start,
                          tracker=lambda: _make_tracker(job, resolved, rundir.path))
+
+
+def _run_seeds_together(cfg: DictConfig, inputs, run_dir: Path, choices: dict[str, str] | None,
+                        hydra_record: dict[str, str]):
+    """``train.seeds_in_process=K``: seeds seed .. seed+K-1, each the job it would be alone
+    (its own lifecycle, lock and run directory ``<...>/seed=<s>`` beside this one) in a
+    thread of its own, their learners trained together (``plume.harness.training.lockstep``).
+    Returns the first seed's summary; the first seed's error, if any failed, is raised once
+    all have ended."""
+    first, count = inputs.job.seed, inputs.job.train.seeds_in_process
+    group = SeedGroup(count)
+    outcomes: list[Any] = [None] * count
+
+    def seed_job(slot: int) -> None:
+        seed = first + slot
+        folder = run_dir.parent / f"seed={seed}"
+        try:
+            outcomes[slot] = _run_seed(
+                OmegaConf.merge(cfg, {"seed": seed}),
+                replace(inputs, job=replace(inputs.job, seed=seed)), folder, choices,
+                seed_record(hydra_record, seed, folder), partial(group.learner, slot))
+        except BaseException as err:  # noqa: BLE001 (reported below, once every seed ended)
+            outcomes[slot] = err
+        finally:
+            group.leave(slot)
+
+    threads = [threading.Thread(target=seed_job, args=(slot,), name=f"seed={first + slot}",
+                                daemon=True) for slot in range(count)]
+    log.info("training seeds %d-%d together in this process (train.seeds_in_process=%d)",
+             first, first + count - 1, count)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if errors:
+        raise errors[0]
+    return outcomes[0]
+
+
+def _check_seed_folder(run_dir: Path, job: JobConfig) -> None:
+    count = job.train.seeds_in_process
+    if run_dir.name != f"seed={job.seed}":
+        raise ConfigError(f"train.seeds_in_process={count} writes seed s into the folder "
+                          f"seed=<s> beside the job's; {run_dir} is not named seed={job.seed} "
+                          "(hydra.run.dir changed?)")
+
+
+def seed_record(hydra_record: dict[str, str], seed: int, folder: Path) -> dict[str, str]:
+    """Hydra's record of the job (``.hydra/``) as it would read for seed ``seed`` alone in
+    ``folder``: its config's seed, the ``seed=`` override, the output directory."""
+    if not hydra_record:
+        return {}
+    overrides = [o for o in OmegaConf.to_container(OmegaConf.create(
+        hydra_record["overrides.yaml"])) if not o.startswith("seed=")] + [f"seed={seed}"]
+    hydra_cfg = OmegaConf.create(hydra_record["hydra.yaml"])
+    hydra_cfg.hydra.overrides.task = overrides
+    hydra_cfg.hydra.runtime.output_dir = str(folder)
+    config = OmegaConf.create(hydra_record["config.yaml"])
+    config.seed = seed
+    return {"config.yaml": OmegaConf.to_yaml(config), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
+            "overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(overrides))}
 
 
 def _make_tracker(job: JobConfig, resolved: ResolvedJob, run_dir: Path):
@@ -98,6 +174,7 @@ def _make_tracker(job: JobConfig, resolved: ResolvedJob, run_dir: Path):
         tags=[f"{group}:{choice}" for group, choice in sorted(resolved.choices.items())]
         + list(job.logger.tags),
         config=resolved.wandb_config,
+        beside_others=job.train.seeds_in_process > 1,
     )
 
 

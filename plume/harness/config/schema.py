@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from plume.agents import ALGORITHMS
+from plume.agents.lockstep import lockstep_refusal
 from plume.analysis import (
     AnalysisSettings,
     SelectionSettings,
@@ -46,6 +47,9 @@ class TrainSection:
     stop_at: float = 1.0
     # Common random numbers: the env's draws keyed by (seed, trace, visit), plume.envs.draws.
     crn: bool = False
+    # Seeds seed .. seed+K-1 trained together in this process (plume.agents.lockstep), each in
+    # its own run directory; not in the fingerprint or the folder name.
+    seeds_in_process: int = 1
 
 
 @dataclass
@@ -209,6 +213,7 @@ def validate(cfg: DictConfig) -> JobConfig:
     logger = typed_section("logger", LoggerSection, cfg.get("logger"))
     _choice("logger", logger.name, LOGGERS)
     _choice("logger.mode", logger.mode, WANDB_MODES)
+    _check_seeds_in_process(train.seeds_in_process, algo_name, algo)
 
     paths = typed_section("paths", PathsSection, cfg.get("paths"))
     if not str(cfg.get("exp_name", "")).strip():
@@ -234,6 +239,17 @@ def validate(cfg: DictConfig) -> JobConfig:
         paths=paths,
         algo_default=algo_default,
     )
+
+
+def _check_seeds_in_process(count: int, algo_name: str, algo: Any) -> None:
+    """``train.seeds_in_process``: at least 1; above 1 only for a learner that can be trained
+    together with other seeds."""
+    if count < 1:
+        raise ConfigError(f"train.seeds_in_process must be >= 1, got {count}")
+    refusal = lockstep_refusal(ALGORITHMS[algo_name], algo) if count > 1 else None
+    if refusal:
+        raise ConfigError(f"train.seeds_in_process={count}: {refusal}; train.seeds_in_process=1 "
+                          "runs one seed per process")
 
 
 def check_inside_root(root: str, **names: str) -> None:

@@ -43,7 +43,10 @@ class WandbTracker:
         name: str,
         tags: list[str],
         config: dict[str, Any],
+        beside_others: bool = False,
     ) -> None:
+        """``beside_others``: other W&B runs of this process stay open meanwhile (seeds
+        trained together, one run each); otherwise a run left open is finished first."""
         os.environ.setdefault("WANDB_SILENT", "true")
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
             raise RuntimeError(
@@ -65,7 +68,7 @@ class WandbTracker:
             config=config,
             dir=str(run_dir),
             mode=mode,
-            reinit="finish_previous",
+            reinit="create_new" if beside_others else "finish_previous",
             settings=wandb.Settings(console="off", init_timeout=60),
         )
         self.location = str(Path(self.run.dir).parent) if mode != "disabled" else None

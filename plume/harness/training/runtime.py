@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,19 @@ from plume.sampling.inputs import INPUT_KINDS
 log = logging.getLogger("plume")
 
 
+def itself(agent: Any) -> Any:
+    """The agent a loop trains when it trains alone (not a seed of a SeedGroup)."""
+    return agent
+
+
 class TrainingRun:
     """plume-train's part of the lifecycle: whether to resume (decided under the lock, before
     ``running`` is written) and the training itself."""
 
-    def __init__(self, inputs: JobInputs, rundir: RunDirectory, fingerprint: str) -> None:
+    def __init__(self, inputs: JobInputs, rundir: RunDirectory, fingerprint: str,
+                 learner: Callable[[Any], Any] = itself) -> None:
         self.inputs, self.rundir, self.fingerprint = inputs, rundir, fingerprint
+        self.learner = learner  # what the loop trains: the agent, or a seed of a SeedGroup
         self.resume: dict[str, Any] | None = None
 
     def start(self, previous: RunStatus | Broken | None) -> dict[str, Any]:
@@ -67,7 +75,8 @@ class TrainingRun:
 
     def body(self, tracker) -> Outcome:
         job = self.inputs.job
-        summary = _train(self.inputs, self.rundir, tracker, self.fingerprint, self.resume)
+        summary = _train(self.inputs, self.rundir, tracker, self.fingerprint, self.resume,
+                         self.learner)
         paused = summary.get("paused_at") is not None
         if paused:
             log.info("paused at progress %g (train.stop_at=%g): the same command with a larger "
@@ -83,28 +92,29 @@ class TrainingRun:
 
 def _train(
     inputs: JobInputs, rundir: RunDirectory, tracker, fingerprint: str,
-    resume: dict[str, Any] | None = None,
+    resume: dict[str, Any] | None = None, learner: Callable[[Any], Any] = itself,
 ) -> dict[str, Any]:
-    loop, torch_seed_ = build_loop(inputs, rundir, tracker, fingerprint)
+    loop, torch_seed_ = build_loop(inputs, rundir, tracker, fingerprint, learner)
     if resume is not None:
         try:
-            loop = resumed_loop(loop, inputs.job, torch_seed_, resume)
+            loop = resumed_loop(loop, inputs.job, torch_seed_, resume, learner)
         except snapshot.StateRefused as err:
             log.warning("not resuming: %s: %s; training from the start", rundir.path, err)
             rundir.reset_train_log()
             rundir.write_status(RUNNING, resumes=rundir.status().resumes[:-1],
                                 checkpoint_refused=str(err))
-            loop, _ = build_loop(inputs, rundir, tracker, fingerprint)
+            loop, _ = build_loop(inputs, rundir, tracker, fingerprint, learner)
     return loop.run()
 
 
-def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker,
-               fingerprint: str) -> tuple[TrainingLoop, int]:
+def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker, fingerprint: str,
+               learner: Callable[[Any], Any] = itself) -> tuple[TrainingLoop, int]:
     """The training loop of a job and its collaborators, built from its config: the
     evaluator, the analysis (stage 1-2 runs for every sampler, cached per dataset and
     settings: Plume's samplers use it, and every run's test traces are labelled with their
     training cluster), the sampler session, the environment, the monitor and the agent.
-    Returns the loop and the agent's torch seed (a resume rebuilds the agent with it)."""
+    ``learner`` wraps the agent the loop trains (a seed of a SeedGroup). Returns the loop
+    and the agent's torch seed (a resume rebuilds the agent with it)."""
     import torch
 
     job = inputs.job
@@ -124,7 +134,7 @@ def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker,
     if job.train.crn:
         env.key_draws_by_visit()
     seed = torch_seed(streams["torch"])
-    monitor, agent = _learner(job, env, session, seed)
+    monitor, agent = _learner(job, env, session, seed, learner)
     rundir.write_json(SCORE_FILE, score_description(spec, params, evaluator,
                                                     Path(job.paths.cache)))
     schedule = Schedule.evenly(job.train.total_steps, job.train.eval_points,
@@ -145,8 +155,10 @@ def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker,
                         progress), seed
 
 
-def _learner(job: JobConfig, env, session: SamplerSession, seed: int):
-    """The monitor around the training env and the algorithm stepping it."""
+def _learner(job: JobConfig, env, session: SamplerSession, seed: int,
+             learner: Callable[[Any], Any]):
+    """The monitor around the training env and the algorithm stepping it (as ``learner``
+    wraps it)."""
     from plume.agents import ALGORITHMS  # deferred: torch loads only when a learner is built
 
     monitor = TrainingMonitor(env, signals=session.signals)
@@ -154,11 +166,11 @@ def _learner(job: JobConfig, env, session: SamplerSession, seed: int):
                                       total_env_steps=job.train.total_steps)
     agent.track_learner_signal = session.signals is not None
     monitor.connect(agent.learner_signal)
-    return monitor, agent
+    return monitor, learner(agent)
 
 
-def resumed_loop(loop: TrainingLoop, job: JobConfig, seed: int,
-                 checkpoint: dict[str, Any]) -> TrainingLoop:
+def resumed_loop(loop: TrainingLoop, job: JobConfig, seed: int, checkpoint: dict[str, Any],
+                 learner: Callable[[Any], Any] = itself) -> TrainingLoop:
     """``loop`` continued exactly where ``checkpoint`` was taken: the environment with its
     episodes in flight, the sampler, the agent, and the evaluations and training curve up to
     it. StateRefused when the checkpoint's state is not what this job builds."""
@@ -167,7 +179,7 @@ def resumed_loop(loop: TrainingLoop, job: JobConfig, seed: int,
     env_steps = int(checkpoint["env_steps"])
     session.restore(restored["sampler"], restored["signals"], checkpoint,
                     _rows_up_to(rundir, SAMPLER_TABLE, done))
-    monitor, agent = _learner(job, restored["env"], session, seed)
+    monitor, agent = _learner(job, restored["env"], session, seed, learner)
     try:
         agent.load_state_dict(checkpoint["agent"])
         agent.load_episode_state(restored["episodes"])
