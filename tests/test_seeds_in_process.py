@@ -134,6 +134,10 @@ def test_a_sigkilled_group_resumes_every_seed_exactly(tmp_path):
         resumed = tmp_path / "killed" / reference.relative_to(tmp_path / "whole")
         assert resumed.read_bytes() == reference.read_bytes(), reference
         assert RunDirectory(resumed.parent).status()["resumes"], "every seed resumed"
+    for seed in range(3):  # each seed's own log, as a job alone has it
+        (log,) = tmp_path.glob(f"killed/**/seed={seed}/train.log")
+        evaluations = [line for line in log.read_text().splitlines() if "[eval]" in line]
+        assert evaluations and all(f"seed={seed} [eval]" in line for line in evaluations)
 
 
 @pytest.mark.parametrize("override, message", [

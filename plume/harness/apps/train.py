@@ -10,11 +10,11 @@ spaced points, and logs to W&B (offline by default) when ``logger=wandb``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import threading
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,9 @@ from plume.harness.config.preflight import check_train
 from plume.harness.config.schema import ConfigError, JobConfig, ResolvedJob, resolve_job
 from plume.harness.integrations.tracking import NullTracker, WandbTracker
 from plume.harness.training.lockstep import SeedGroup
-from plume.harness.training.runtime import TrainingRun, itself
+from plume.harness.training.runtime import ALONE, Alone, TrainingRun
 from plume.runs.lifecycle import JobRecord, run_lifecycle
-from plume.runs.store import RunDirectory, discard_unused
+from plume.runs.store import RunDirectory, RunLogHandler, discard_unused
 
 log = logging.getLogger("plume")
 
@@ -85,12 +85,12 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
 
 
 def _run_seed(cfg: DictConfig, inputs, run_dir: Path, choices: dict[str, str] | None,
-              hydra_record: dict[str, str], learner=itself):
-    """The job lifecycle of one checked job in ``run_dir`` (``learner``: see TrainingRun)."""
+              hydra_record: dict[str, str], seat: Alone = ALONE):
+    """The job lifecycle of one checked job in ``run_dir`` (``seat``: see TrainingRun)."""
     job = inputs.job
     resolved = resolve_job(cfg, job, choices)
     rundir = RunDirectory(run_dir)
-    training = TrainingRun(inputs, rundir, resolved.fingerprint, learner)
+    training = TrainingRun(inputs, rundir, resolved.fingerprint, seat)
     record = JobRecord(exp_name=job.exp_name, seed=job.seed, choices=resolved.choices,
                        config=resolved.yaml, overwrite=job.overwrite,
                        hydra=hydra_record, verb="train")
@@ -116,7 +116,7 @@ def _run_seeds_together(cfg: DictConfig, inputs, run_dir: Path, choices: dict[st
             outcomes[slot] = _run_seed(
                 OmegaConf.merge(cfg, {"seed": seed}),
                 replace(inputs, job=replace(inputs.job, seed=seed)), folder, choices,
-                seed_record(hydra_record, seed, folder), partial(group.learner, slot))
+                seed_record(hydra_record, seed, folder), group.seat(slot, seed))
         except BaseException as err:  # noqa: BLE001 (reported below, once every seed ended)
             outcomes[slot] = err
         finally:
@@ -126,14 +126,59 @@ def _run_seeds_together(cfg: DictConfig, inputs, run_dir: Path, choices: dict[st
                                 daemon=True) for slot in range(count)]
     log.info("training seeds %d-%d together in this process (train.seeds_in_process=%d)",
              first, first + count - 1, count)
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with seed_logs({t.name: run_dir.parent / t.name for t in threads}):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     if errors:
         raise errors[0]
     return outcomes[0]
+
+
+class OnlyThreads(logging.Filter):
+    """Passes the records logged by the threads named."""
+
+    def __init__(self, names: set[str]) -> None:
+        super().__init__()
+        self.names = names
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName in self.names
+
+
+@contextlib.contextmanager
+def seed_logs(folders: dict[str, Path]):
+    """Each seed's log lines in its own run directory (``folders``: thread name -> run
+    directory, the first seed first): Hydra's job log (the first seed's) keeps its thread's
+    lines and the main thread's, and every other seed's thread writes a log of the same name
+    and format beside it. Lines a seed's training step prints while another seed's thread
+    trains their turn land in that thread's log, headed by their own ``seed=<s>``. Without a
+    job log (``run_job`` called directly) none is made."""
+    root = logging.getLogger()
+    job_logs = [h for h in root.handlers if isinstance(h, RunLogHandler)]
+    if not job_logs:
+        yield
+        return
+    (first, *others), job_log = list(folders), job_logs[0]
+    only_first = OnlyThreads({first, threading.main_thread().name})
+    job_log.addFilter(only_first)
+    added = []
+    for thread in others:
+        handler = RunLogHandler(folders[thread] / Path(job_log.baseFilename).name, delay=True)
+        handler.setFormatter(job_log.formatter)
+        handler.setLevel(job_log.level)
+        handler.addFilter(OnlyThreads({thread}))
+        root.addHandler(handler)
+        added.append(handler)
+    try:
+        yield
+    finally:
+        job_log.removeFilter(only_first)
+        for handler in added:
+            root.removeHandler(handler)
+            handler.close()
 
 
 def _check_seed_folder(run_dir: Path, job: JobConfig) -> None:

@@ -15,11 +15,12 @@ paused, failed) leaves the group, and the rest go on without it.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from plume.agents.base import Algorithm
 
-__all__ = ["SeedGroup", "SeedLearner"]
+__all__ = ["GroupSeat", "SeedGroup", "SeedLearner"]
 
 
 class SeedGroup:
@@ -32,8 +33,9 @@ class SeedGroup:
         self._asking: dict[int, tuple[Algorithm, int]] = {}
         self._answers: dict[int, Any] = {}
 
-    def learner(self, slot: int, agent: Algorithm) -> SeedLearner:
-        return SeedLearner(self, slot, agent)
+    def seat(self, slot: int, seed: int) -> GroupSeat:
+        """Where seed ``seed``'s loop sits: slot ``slot`` of this group."""
+        return GroupSeat(self, slot, f"seed={seed}")
 
     def learn(self, slot: int, agent: Algorithm, until: int) -> list[dict[str, Any]]:
         """``agent.learn(until)``, trained together with the other seeds' turns."""
@@ -75,6 +77,19 @@ class SeedGroup:
             self._answers[slot] = results[slot]
         self._changed.notify_all()
         return True
+
+
+@dataclass(frozen=True)
+class GroupSeat:
+    """A loop's seat in a group (``runtime.Alone``'s counterpart): its agent trains as a
+    :class:`SeedLearner` of the group, its progress lines say which seed they are."""
+
+    group: SeedGroup
+    slot: int
+    label: str
+
+    def __call__(self, agent: Algorithm) -> SeedLearner:
+        return SeedLearner(self.group, self.slot, agent)
 
 
 class SeedLearner:

@@ -29,15 +29,17 @@ class Progress:
     """Progress of one job of ``total`` env steps, starting at ``start_steps``."""
 
     def __init__(self, total: int, start_steps: int, every_s: float, score_unit: str,
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, label: str = "") -> None:
+        """``label``: which of several jobs of one process this is (``seed=5``): it heads
+        every line, and no bar is drawn (K bars cannot share a terminal)."""
         self.total, self.start_steps, self.every_s = total, start_steps, every_s
-        self.score_unit = score_unit
+        self.score_unit, self.label = score_unit, label
         self.started = self.last_line = self.last_bar = time.time()
         self.scores: dict[str, float] = {}  # test set -> latest test score
         self.train_return: float | None = None
         stream = sys.stderr if stream is None else stream
         self.bar = None
-        if stream.isatty():
+        if stream.isatty() and not label:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=start_steps, unit="step", unit_scale=True,
@@ -81,7 +83,8 @@ class Progress:
         self.last_line = time.time()
         rate = self.rate(env_steps)
         eta = max(self.total - env_steps, 0) / rate if rate > 0 else float("nan")
-        text = (f"[{prefix}] {100 * min(env_steps / self.total, 1.0):5.1f}% {env_steps:,}/"
+        head = f"{self.label} " if self.label else ""
+        text = (f"{head}[{prefix}] {100 * min(env_steps / self.total, 1.0):5.1f}% {env_steps:,}/"
                 f"{self.total:,} steps | {rate:,.0f} steps/s | eta {format_clock(eta)} | "
                 f"{self._summary()}")
         if self.bar is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,19 @@ from plume.sampling.inputs import INPUT_KINDS
 log = logging.getLogger("plume")
 
 
-def itself(agent: Any) -> Any:
-    """The agent a loop trains when it trains alone (not a seed of a SeedGroup)."""
-    return agent
+@dataclass(frozen=True)
+class Alone:
+    """Where a job's loop sits: alone in its process (its agent as built, a progress bar on a
+    terminal), or, as :class:`~plume.harness.training.lockstep.GroupSeat`, one seed of a
+    SeedGroup (``label`` then names the seed on its progress lines)."""
+
+    label: str = ""
+
+    def __call__(self, agent: Any) -> Any:
+        return agent
+
+
+ALONE = Alone()
 
 
 class TrainingRun:
@@ -49,9 +59,9 @@ class TrainingRun:
     ``running`` is written) and the training itself."""
 
     def __init__(self, inputs: JobInputs, rundir: RunDirectory, fingerprint: str,
-                 learner: Callable[[Any], Any] = itself) -> None:
+                 seat: Alone = ALONE) -> None:
         self.inputs, self.rundir, self.fingerprint = inputs, rundir, fingerprint
-        self.learner = learner  # what the loop trains: the agent, or a seed of a SeedGroup
+        self.seat = seat
         self.resume: dict[str, Any] | None = None
 
     def start(self, previous: RunStatus | Broken | None) -> dict[str, Any]:
@@ -76,7 +86,7 @@ class TrainingRun:
     def body(self, tracker) -> Outcome:
         job = self.inputs.job
         summary = _train(self.inputs, self.rundir, tracker, self.fingerprint, self.resume,
-                         self.learner)
+                         self.seat)
         paused = summary.get("paused_at") is not None
         if paused:
             log.info("paused at progress %g (train.stop_at=%g): the same command with a larger "
@@ -92,29 +102,29 @@ class TrainingRun:
 
 def _train(
     inputs: JobInputs, rundir: RunDirectory, tracker, fingerprint: str,
-    resume: dict[str, Any] | None = None, learner: Callable[[Any], Any] = itself,
+    resume: dict[str, Any] | None = None, seat: Alone = ALONE,
 ) -> dict[str, Any]:
-    loop, torch_seed_ = build_loop(inputs, rundir, tracker, fingerprint, learner)
+    loop, torch_seed_ = build_loop(inputs, rundir, tracker, fingerprint, seat)
     if resume is not None:
         try:
-            loop = resumed_loop(loop, inputs.job, torch_seed_, resume, learner)
+            loop = resumed_loop(loop, inputs.job, torch_seed_, resume, seat)
         except snapshot.StateRefused as err:
             log.warning("not resuming: %s: %s; training from the start", rundir.path, err)
             rundir.reset_train_log()
             rundir.write_status(RUNNING, resumes=rundir.status().resumes[:-1],
                                 checkpoint_refused=str(err))
-            loop, _ = build_loop(inputs, rundir, tracker, fingerprint, learner)
+            loop, _ = build_loop(inputs, rundir, tracker, fingerprint, seat)
     return loop.run()
 
 
 def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker, fingerprint: str,
-               learner: Callable[[Any], Any] = itself) -> tuple[TrainingLoop, int]:
+               seat: Alone = ALONE) -> tuple[TrainingLoop, int]:
     """The training loop of a job and its collaborators, built from its config: the
     evaluator, the analysis (stage 1-2 runs for every sampler, cached per dataset and
     settings: Plume's samplers use it, and every run's test traces are labelled with their
     training cluster), the sampler session, the environment, the monitor and the agent.
-    ``learner`` wraps the agent the loop trains (a seed of a SeedGroup). Returns the loop
-    and the agent's torch seed (a resume rebuilds the agent with it)."""
+    ``seat``: alone, or a seed of a SeedGroup. Returns the loop and the agent's torch seed (a
+    resume rebuilds the agent with it)."""
     import torch
 
     job = inputs.job
@@ -134,13 +144,14 @@ def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker, fingerprint: st
     if job.train.crn:
         env.key_draws_by_visit()
     seed = torch_seed(streams["torch"])
-    monitor, agent = _learner(job, env, session, seed, learner)
+    monitor, agent = _learner(job, env, session, seed, seat)
     rundir.write_json(SCORE_FILE, score_description(spec, params, evaluator,
                                                     Path(job.paths.cache)))
     schedule = Schedule.evenly(job.train.total_steps, job.train.eval_points,
                                job.train.eval_at_start, job.train.stop_at, seed=job.seed,
                                fingerprint=fingerprint)
-    progress = Progress(job.train.total_steps, 0, job.train.progress_every_s, spec.score.unit)
+    progress = Progress(job.train.total_steps, 0, job.train.progress_every_s, spec.score.unit,
+                        label=seat.label)
     session.start_counting()
     if job.train.validation > 0:
         log.info("train.validation=%g: evaluating on %d held-out training traces (test set "
@@ -155,10 +166,9 @@ def build_loop(inputs: JobInputs, rundir: RunDirectory, tracker, fingerprint: st
                         progress), seed
 
 
-def _learner(job: JobConfig, env, session: SamplerSession, seed: int,
-             learner: Callable[[Any], Any]):
-    """The monitor around the training env and the algorithm stepping it (as ``learner``
-    wraps it)."""
+def _learner(job: JobConfig, env, session: SamplerSession, seed: int, seat: Alone):
+    """The monitor around the training env and the algorithm stepping it (as ``seat`` seats
+    it)."""
     from plume.agents import ALGORITHMS  # deferred: torch loads only when a learner is built
 
     monitor = TrainingMonitor(env, signals=session.signals)
@@ -166,11 +176,11 @@ def _learner(job: JobConfig, env, session: SamplerSession, seed: int,
                                       total_env_steps=job.train.total_steps)
     agent.track_learner_signal = session.signals is not None
     monitor.connect(agent.learner_signal)
-    return monitor, learner(agent)
+    return monitor, seat(agent)
 
 
 def resumed_loop(loop: TrainingLoop, job: JobConfig, seed: int, checkpoint: dict[str, Any],
-                 learner: Callable[[Any], Any] = itself) -> TrainingLoop:
+                 seat: Alone = ALONE) -> TrainingLoop:
     """``loop`` continued exactly where ``checkpoint`` was taken: the environment with its
     episodes in flight, the sampler, the agent, and the evaluations and training curve up to
     it. StateRefused when the checkpoint's state is not what this job builds."""
@@ -179,7 +189,7 @@ def resumed_loop(loop: TrainingLoop, job: JobConfig, seed: int, checkpoint: dict
     env_steps = int(checkpoint["env_steps"])
     session.restore(restored["sampler"], restored["signals"], checkpoint,
                     _rows_up_to(rundir, SAMPLER_TABLE, done))
-    monitor, agent = _learner(job, restored["env"], session, seed, learner)
+    monitor, agent = _learner(job, restored["env"], session, seed, seat)
     try:
         agent.load_state_dict(checkpoint["agent"])
         agent.load_episode_state(restored["episodes"])
