@@ -39,7 +39,12 @@ from torch import nn
 
 from plume.agents.a2c import A2C, a2c_losses
 from plume.agents.base import NonFiniteTraining, check_budget, check_finite, update_record
-from plume.agents.networks import MLP, ActorCritic
+from plume.agents.networks import (
+    MLP,
+    ActorCritic,
+    categorical_log_prob_entropy,
+    gaussian_log_prob,
+)
 from plume.agents.on_policy import ActorCriticAlgorithm, compute_gae, explained_variance
 from plume.agents.ppo import PPO, ppo_losses
 from plume.agents.vector_env import autoreset_mode, final_observations
@@ -139,9 +144,7 @@ class StackedActorCritic:
         """``(log_prob, entropy, value)`` of ``actions``, each ``(K, M)``."""
         out, value = self.actor(obs), self.value(obs)
         if self.discrete:
-            log_probs = torch.log_softmax(out, dim=-1)
-            log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(log_probs.exp() * log_probs).sum(-1)
+            log_prob, entropy = categorical_log_prob_entropy(out, actions)
         else:
             log_prob = self._gaussian_log_prob(out, actions)
             log_std = self.params["log_std"]
@@ -154,9 +157,7 @@ class StackedActorCritic:
         return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
 
     def _gaussian_log_prob(self, mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        log_std = self.params["log_std"].unsqueeze(1)
-        z = (actions - mean) * torch.exp(-log_std)
-        return (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+        return gaussian_log_prob(mean, actions, self.params["log_std"].unsqueeze(1))
 
 
 # ---------------------------------------------------------------------------------------------

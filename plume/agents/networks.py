@@ -275,9 +275,7 @@ class ActorCritic(nn.Module):
             out = mixed_precision(self.actor, obs, dtype)
             value = mixed_precision(self.critic, obs, dtype)
         if self.discrete:
-            log_probs = torch.log_softmax(out, dim=-1)
-            log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(log_probs.exp() * log_probs).sum(-1)
+            log_prob, entropy = categorical_log_prob_entropy(out, actions)
         else:
             log_prob = self._gaussian_log_prob(out, actions)
             entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(out.shape[0])
@@ -290,5 +288,20 @@ class ActorCritic(nn.Module):
         return torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
 
     def _gaussian_log_prob(self, mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        z = (actions - mean) * torch.exp(-self.log_std)
-        return (-0.5 * z.pow(2) - self.log_std - _LOG_SQRT_2PI).sum(-1)
+        return gaussian_log_prob(mean, actions, self.log_std)
+
+
+def categorical_log_prob_entropy(logits: torch.Tensor, actions: torch.Tensor):
+    """``(log_prob, entropy)`` of ``actions`` under the categorical of ``logits`` (the last
+    dimension), for one network or K stacked ones (``plume.agents.lockstep``)."""
+    log_probs = torch.log_softmax(logits, dim=-1)
+    log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    return log_prob, -(log_probs.exp() * log_probs).sum(-1)
+
+
+def gaussian_log_prob(mean: torch.Tensor, actions: torch.Tensor,
+                      log_std: torch.Tensor) -> torch.Tensor:
+    """Log-density of ``actions`` under the diagonal Gaussian (``log_std`` broadcast against
+    ``mean``), summed over the last dimension."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
