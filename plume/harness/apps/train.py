@@ -10,10 +10,8 @@ spaced points, and logs to W&B (offline by default) when ``logger=wandb``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
-import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,13 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 from plume.agents.base import NonFiniteTraining
 from plume.harness.apps import sweep
 from plume.harness.apps.entry import hydra_app
+from plume.harness.apps.together import check_seed_folder, run_together, seed_record
 from plume.harness.config.preflight import check_train
 from plume.harness.config.schema import ConfigError, JobConfig, ResolvedJob, resolve_job
 from plume.harness.integrations.tracking import NullTracker, WandbTracker
-from plume.harness.training.lockstep import SeedGroup
 from plume.harness.training.runtime import ALONE, Alone, TrainingRun
 from plume.runs.lifecycle import JobRecord, run_lifecycle
-from plume.runs.store import RunDirectory, RunLogHandler, discard_unused
+from plume.runs.store import RunDirectory, discard_unused
 
 log = logging.getLogger("plume")
 
@@ -75,13 +73,20 @@ def run_job(cfg: DictConfig, run_dir: Path, choices: dict[str, str] | None = Non
     try:
         inputs = check_train(cfg)  # config, data, env package: before anything is written
         if inputs.job.train.seeds_in_process > 1:
-            _check_seed_folder(Path(run_dir), inputs.job)
+            check_seed_folder(Path(run_dir), inputs.job)
     except ConfigError:
         discard_unused(Path(run_dir))  # the folder Hydra made for a multirun job, if any
         raise
-    if inputs.job.train.seeds_in_process > 1:
-        return _run_seeds_together(cfg, inputs, Path(run_dir), choices, hydra_record or {})
-    return _run_seed(cfg, inputs, Path(run_dir), choices, hydra_record or {})
+    count, record = inputs.job.train.seeds_in_process, hydra_record or {}
+    if count == 1:
+        return _run_seed(cfg, inputs, Path(run_dir), choices, record)
+
+    def run_seed(seed: int, folder: Path, seat):
+        return _run_seed(OmegaConf.merge(cfg, {"seed": seed}),
+                         replace(inputs, job=replace(inputs.job, seed=seed)), folder, choices,
+                         seed_record(record, seed, folder), seat)
+
+    return run_together(inputs.job.seed, count, Path(run_dir), run_seed)
 
 
 def _run_seed(cfg: DictConfig, inputs, run_dir: Path, choices: dict[str, str] | None,
@@ -96,113 +101,6 @@ def _run_seed(cfg: DictConfig, inputs, run_dir: Path, choices: dict[str, str] | 
                        hydra=hydra_record, verb="train")
     return run_lifecycle(rundir, record, training.body, start=training.start,
                          tracker=lambda: _make_tracker(job, resolved, rundir.path))
-
-
-def _run_seeds_together(cfg: DictConfig, inputs, run_dir: Path, choices: dict[str, str] | None,
-                        hydra_record: dict[str, str]):
-    """``train.seeds_in_process=K``: seeds seed .. seed+K-1, each the job it would be alone
-    (its own lifecycle, lock and run directory ``<...>/seed=<s>`` beside this one) in a
-    thread of its own, their learners trained together (``plume.harness.training.lockstep``).
-    Returns the first seed's summary; the first seed's error, if any failed, is raised once
-    all have ended."""
-    first, count = inputs.job.seed, inputs.job.train.seeds_in_process
-    group = SeedGroup(count)
-    outcomes: list[Any] = [None] * count
-
-    def seed_job(slot: int) -> None:
-        seed = first + slot
-        folder = run_dir.parent / f"seed={seed}"
-        try:
-            outcomes[slot] = _run_seed(
-                OmegaConf.merge(cfg, {"seed": seed}),
-                replace(inputs, job=replace(inputs.job, seed=seed)), folder, choices,
-                seed_record(hydra_record, seed, folder), group.seat(slot, seed))
-        except BaseException as err:  # noqa: BLE001 (reported below, once every seed ended)
-            outcomes[slot] = err
-        finally:
-            group.leave(slot)
-
-    threads = [threading.Thread(target=seed_job, args=(slot,), name=f"seed={first + slot}",
-                                daemon=True) for slot in range(count)]
-    log.info("training seeds %d-%d together in this process (train.seeds_in_process=%d)",
-             first, first + count - 1, count)
-    with seed_logs({t.name: run_dir.parent / t.name for t in threads}):
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    errors = [o for o in outcomes if isinstance(o, BaseException)]
-    if errors:
-        raise errors[0]
-    return outcomes[0]
-
-
-class OnlyThreads(logging.Filter):
-    """Passes the records logged by the threads named."""
-
-    def __init__(self, names: set[str]) -> None:
-        super().__init__()
-        self.names = names
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.threadName in self.names
-
-
-@contextlib.contextmanager
-def seed_logs(folders: dict[str, Path]):
-    """Each seed's log lines in its own run directory (``folders``: thread name -> run
-    directory, the first seed first): Hydra's job log (the first seed's) keeps its thread's
-    lines and the main thread's, and every other seed's thread writes a log of the same name
-    and format beside it. Lines a seed's training step prints while another seed's thread
-    trains their turn land in that thread's log, headed by their own ``seed=<s>``. Without a
-    job log (``run_job`` called directly) none is made."""
-    root = logging.getLogger()
-    job_logs = [h for h in root.handlers if isinstance(h, RunLogHandler)]
-    if not job_logs:
-        yield
-        return
-    (first, *others), job_log = list(folders), job_logs[0]
-    only_first = OnlyThreads({first, threading.main_thread().name})
-    job_log.addFilter(only_first)
-    added = []
-    for thread in others:
-        handler = RunLogHandler(folders[thread] / Path(job_log.baseFilename).name, delay=True)
-        handler.setFormatter(job_log.formatter)
-        handler.setLevel(job_log.level)
-        handler.addFilter(OnlyThreads({thread}))
-        root.addHandler(handler)
-        added.append(handler)
-    try:
-        yield
-    finally:
-        job_log.removeFilter(only_first)
-        for handler in added:
-            root.removeHandler(handler)
-            handler.close()
-
-
-def _check_seed_folder(run_dir: Path, job: JobConfig) -> None:
-    count = job.train.seeds_in_process
-    if run_dir.name != f"seed={job.seed}":
-        raise ConfigError(f"train.seeds_in_process={count} writes seed s into the folder "
-                          f"seed=<s> beside the job's; {run_dir} is not named seed={job.seed} "
-                          "(hydra.run.dir changed?)")
-
-
-def seed_record(hydra_record: dict[str, str], seed: int, folder: Path) -> dict[str, str]:
-    """Hydra's record of the job (``.hydra/``) as it would read for seed ``seed`` alone in
-    ``folder``: its config's seed, the ``seed=`` override, the output directory."""
-    if not hydra_record:
-        return {}
-    overrides = [o for o in OmegaConf.to_container(OmegaConf.create(
-        hydra_record["overrides.yaml"])) if not o.startswith("seed=")] + [f"seed={seed}"]
-    hydra_cfg = OmegaConf.create(hydra_record["hydra.yaml"])
-    hydra_cfg.hydra.overrides.task = overrides
-    hydra_cfg.hydra.runtime.output_dir = str(folder)
-    config = OmegaConf.create(hydra_record["config.yaml"])
-    config.seed = seed
-    return {"config.yaml": OmegaConf.to_yaml(config), "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
-            "overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(overrides))}
 
 
 def _make_tracker(job: JobConfig, resolved: ResolvedJob, run_dir: Path):
