@@ -134,8 +134,11 @@ def test_a_sigkilled_group_resumes_every_seed_exactly(tmp_path):
         resumed = tmp_path / "killed" / reference.relative_to(tmp_path / "whole")
         assert resumed.read_bytes() == reference.read_bytes(), reference
         assert RunDirectory(resumed.parent).status()["resumes"], "every seed resumed"
-    for seed in range(3):  # each seed's own log, as a job alone has it
+    for seed in range(3):  # each seed's own log and Hydra's record, as a job alone has them
         (log,) = tmp_path.glob(f"killed/**/seed={seed}/train.log")
+        overrides = (log.parent / ".hydra" / "overrides.yaml").read_text().splitlines()
+        assert f"- seed={seed}" in overrides and "- train.seeds_in_process=3" in overrides
+        assert f"output_dir: {log.parent}" in (log.parent / ".hydra" / "hydra.yaml").read_text()
         evaluations = [line for line in log.read_text().splitlines() if "[eval]" in line]
         assert evaluations and all(f"seed={seed} [eval]" in line for line in evaluations)
 
