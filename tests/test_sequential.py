@@ -201,7 +201,7 @@ def test_the_rounds_train_undecided_curves_until_decided_and_record_them(tmp_pat
     shifts = {"uniform": 0.0, "plume_static": 0.0, "plume_dynamic": 5.0}
     launched: list[list[str]] = []
 
-    def fake_launch(pending, overrides, stream=None, progress_every_s=30.0):
+    def fake_launch(pending, overrides, stream=None, progress_every_s=30.0, seeds_in_process=1):
         if pending:  # the runner hands each round's controllers, then its training jobs
             launched.append(sorted(f"{p.job.axis('sampler')}:{p.job.seed}" for p in pending))
         for item in pending:
