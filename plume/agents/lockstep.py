@@ -1,19 +1,20 @@
 """K seeds of one actor-critic preset trained together in one process: one batched forward
 pass per step instead of K.
 
-The learners of the smaller presets are bound by per-call overhead, not arithmetic: a
-64 x 64 MLP over 16 copies costs about what it costs over 256. :func:`learn_together` takes K
+The learners of the smaller presets are bound by per-call overhead rather than arithmetic
+(``benchmarks/bench_seeds.py`` measures what stacking gains). :func:`learn_together` takes K
 ordinary agents (PPO or A2C, one class, one config, each with its own environment, sampler
 and generators) at the same env step and trains them to a common target as if each ran
 alone: their weights become ``(K, ...)`` tensors for the duration of the call, every layer
-one ``baddbmm`` (the same numbers as ``Linear`` on each slice), each seed's actions drawn
+one ``baddbmm``, each seed's actions drawn
 from its own generator, its rollout stepped in its own environment, its minibatches
 shuffled by its own generator, its gradient clipped by its own norm, and one optimiser over
 the stacked weights (Adam and RMSprop are elementwise: K optimisers in one). When the call
 returns, each agent holds its weights, optimiser state, counters and episodes in flight as
 its own ``learn`` would have left them, so checkpoints, evaluation and export see ordinary
-agents. The losses agree with single runs to float rounding (the gradients' reductions
-differ in order); tests/test_lockstep.py measures it.
+agents. The losses agree with single runs to float rounding (the batched products round
+differently from ``Linear``'s in some shapes, e.g. the critic's one output and most
+gradients); tests/test_lockstep.py holds it.
 
 A seed whose losses or outputs stop being finite fails alone: its
 :class:`~plume.agents.base.NonFiniteTraining` is returned in its place and the others go on.
@@ -43,6 +44,7 @@ from plume.agents.networks import (
     MLP,
     ActorCritic,
     categorical_log_prob_entropy,
+    gaussian_entropy,
     gaussian_log_prob,
 )
 from plume.agents.on_policy import ActorCriticAlgorithm, compute_gae, explained_variance
@@ -50,8 +52,6 @@ from plume.agents.ppo import PPO, ppo_losses
 from plume.agents.vector_env import autoreset_mode, final_observations
 
 __all__ = ["StackedActorCritic", "learn_together", "lockstep_refusal"]
-
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def lockstep_refusal(algo: type, config) -> str | None:
@@ -147,8 +147,7 @@ class StackedActorCritic:
             log_prob, entropy = categorical_log_prob_entropy(out, actions)
         else:
             log_prob = self._gaussian_log_prob(out, actions)
-            log_std = self.params["log_std"]
-            entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum(-1, keepdim=True).expand(out.shape[:2])
+            entropy = gaussian_entropy(self.params["log_std"]).unsqueeze(-1).expand(out.shape[:2])
         return log_prob, entropy, value
 
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:

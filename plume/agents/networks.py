@@ -278,7 +278,7 @@ class ActorCritic(nn.Module):
             log_prob, entropy = categorical_log_prob_entropy(out, actions)
         else:
             log_prob = self._gaussian_log_prob(out, actions)
-            entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(out.shape[0])
+            entropy = gaussian_entropy(self.log_std).expand(out.shape[0])
         return log_prob, entropy, value.squeeze(-1)
 
     def to_env(self, actions: torch.Tensor) -> torch.Tensor:
@@ -297,6 +297,11 @@ def categorical_log_prob_entropy(logits: torch.Tensor, actions: torch.Tensor):
     log_probs = torch.log_softmax(logits, dim=-1)
     log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
     return log_prob, -(log_probs.exp() * log_probs).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """Entropy of the diagonal Gaussian with ``log_std`` (the last dimension)."""
+    return (0.5 + _LOG_SQRT_2PI + log_std).sum(-1)
 
 
 def gaussian_log_prob(mean: torch.Tensor, actions: torch.Tensor,
