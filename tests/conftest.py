@@ -12,6 +12,7 @@ recorded on an AVX-512 Xeon failed on an AVX2 EPYC). ``PLUME_TEST_FP`` chooses t
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -146,3 +147,12 @@ def conf_options(group: str) -> list[str]:
 def plume_train_env() -> dict[str, str]:
     """Environment for plume-train subprocesses: one thread, no network for W&B."""
     return {**os.environ, **ONE_THREAD, "WANDB_SILENT": "true"}
+
+
+def start_plume_train(overrides, root) -> subprocess.Popen:
+    """``python -m plume.harness.apps.train OVERRIDES paths.root=ROOT`` as a subprocess of this
+    checkout (stdout dropped, stderr kept for the failure message)."""
+    return subprocess.Popen([sys.executable, "-m", "plume.harness.apps.train", *overrides,
+                             f"paths.root={root}"], cwd=Path(__file__).resolve().parents[1],
+                            env=plume_train_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from plume.harness.apps.train import run_job
 from plume.harness.training.monitor import TrainingMonitor
 from plume.runs.store import RunDirectory
-from tests.conftest import TINY, conf_options, plume_train_env
+from tests.conftest import TINY, conf_options, start_plume_train
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = [o for o in TINY if not o.startswith(("algo.", "train."))] + [
@@ -115,9 +114,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_bytes(tmp_
                  "train.eval_points=4"]
 
     def start(root: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "plume.harness.apps.train", *overrides,
-                                 f"paths.root={root}"], cwd=ROOT, env=plume_train_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return start_plume_train(overrides, root)
 
     whole = start(tmp_path / "whole")
     assert whole.wait(timeout=600) == 0, whole.stderr.read()[-2000:]
@@ -126,7 +123,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_the_uninterrupted_bytes(tmp_
     rng = np.random.default_rng(0)
     for _ in range(3):
         job = start(killed_root)
-        run_dirs = lambda: list(killed_root.glob("default/*/seed=0"))  # noqa: E731
+        run_dirs = lambda: list(killed_root.glob("default/*/seed=0"))
         # die at a random moment once training has started (a checkpoint write included:
         # any moment may fall inside one)
         assert _wait_for(lambda: run_dirs() and (run_dirs()[0] / "train.jsonl").exists(), 300)

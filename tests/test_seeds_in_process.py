@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from plume.harness.apps.train import run_job
 from plume.harness.config.schema import ConfigError
 from plume.harness.training.monitor import TrainingMonitor
 from plume.runs.store import RunDirectory
-from tests.conftest import TINY, plume_train_env
+from tests.conftest import TINY, start_plume_train
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = [*[o for o in TINY if not o.startswith("env.test_sets")], "env=cc", "algo.n_steps=8",
@@ -113,9 +112,7 @@ def test_a_sigkilled_group_resumes_every_seed_exactly(tmp_path):
                  "train.seeds_in_process=3"]
 
     def start(root: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "plume.harness.apps.train", *overrides,
-                                 f"paths.root={root}"], cwd=ROOT, env=plume_train_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return start_plume_train(overrides, root)
 
     whole = start(tmp_path / "whole")
     assert whole.wait(timeout=600) == 0, whole.stderr.read()[-2000:]
